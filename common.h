@@ -1,0 +1,120 @@
+// common.h: what every file of xsa-train shares: error handling that names the culprit and exits 1,
+// checked file I/O, a seeded RNG of our own, and deterministic reductions.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cerrno>
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+// ----------------------------------------------------------------------------------------------------
+// Errors. Every bad input ends here: one message on stderr, exit code 1, never a crash.
+
+[[noreturn]] static inline void fail(const char* fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    fprintf(stderr, "error: ");
+    vfprintf(stderr, fmt, args);
+    fprintf(stderr, "\n");
+    va_end(args);
+    exit(1);
+}
+
+static inline FILE* fopen_or_fail(const char* path, const char* mode) {
+    FILE* f = fopen(path, mode);
+    if (f == nullptr) fail("cannot open '%s' (mode %s): %s", path, mode, strerror(errno));
+    return f;
+}
+
+static inline void fread_or_fail(void* dst, size_t size, size_t count, FILE* f, const char* path) {
+    if (fread(dst, size, count, f) != count) fail("'%s' is truncated or unreadable", path);
+}
+
+static inline void fwrite_or_fail(const void* src, size_t size, size_t count, FILE* f, const char* path) {
+    if (fwrite(src, size, count, f) != count) fail("cannot write '%s': %s", path, strerror(errno));
+}
+
+static inline void* malloc_or_fail(size_t bytes, const char* what) {
+    void* p = malloc(bytes == 0 ? 1 : bytes);
+    if (p == nullptr) fail("out of memory allocating %zu bytes for %s", bytes, what);
+    return p;
+}
+
+// ----------------------------------------------------------------------------------------------------
+// RNG: splitmix64 (a full-period 64-bit generator with a tiny state that fits in a checkpoint).
+// Initialisation only needs uniform and normal draws; we never try to match torch's bit stream.
+
+struct Rng {
+    uint64_t state;
+};
+
+static inline uint64_t rng_next_u64(Rng* rng) {
+    uint64_t z = (rng->state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// uniform in [0, 1) with 24 random bits, exactly representable as a float
+static inline float rng_uniform(Rng* rng) { return (float)(rng_next_u64(rng) >> 40) * (1.0f / 16777216.0f); }
+
+// standard normal by Box-Muller (one draw per call; the second value is discarded for simplicity)
+static inline float rng_normal(Rng* rng) {
+    double u1 = ((double)(rng_next_u64(rng) >> 11) + 1.0) * (1.0 / 9007199254740992.0);  // (0, 1]
+    double u2 = (double)(rng_next_u64(rng) >> 11) * (1.0 / 9007199254740992.0);
+    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+}
+
+static inline void fill_uniform(float* dst, size_t n, float lo, float hi, Rng* rng) {
+    for (size_t i = 0; i < n; i++) dst[i] = lo + (hi - lo) * rng_uniform(rng);
+}
+
+static inline void fill_normal(float* dst, size_t n, float std, Rng* rng) {
+    for (size_t i = 0; i < n; i++) dst[i] = std * rng_normal(rng);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// Deterministic reductions. Sums over many elements are split into fixed-size blocks (independent of
+// the thread count), each block summed in order in double, then the block sums added in order. So the
+// result is bit-identical for any number of OpenMP threads and between runs.
+
+static const int REDUCE_BLOCK = 4096;
+
+// sum_i a[i] * b[i] over n elements
+static inline double dot_deterministic(const float* a, const float* b, size_t n) {
+    size_t nblocks = (n + REDUCE_BLOCK - 1) / REDUCE_BLOCK;
+    std::vector<double> partial(nblocks);
+#pragma omp parallel for schedule(static)
+    for (long blk = 0; blk < (long)nblocks; blk++) {
+        size_t lo = (size_t)blk * REDUCE_BLOCK, hi = std::min(n, lo + REDUCE_BLOCK);
+        double acc = 0.0;
+        for (size_t i = lo; i < hi; i++) acc += (double)a[i] * (double)b[i];
+        partial[blk] = acc;
+    }
+    double total = 0.0;
+    for (size_t blk = 0; blk < nblocks; blk++) total += partial[blk];
+    return total;
+}
+
+static inline int num_threads() {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+// wall-clock milliseconds since an arbitrary start, for timing steps
+static inline double wall_ms() {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}

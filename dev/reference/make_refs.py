@@ -1,0 +1,134 @@
+"""
+Generate the reference files dev/reference/data/<name>.safetensors that the C++ tests compare against.
+
+For each tiny config: random (non-nanochat) float32 weights from a seeded generator, random idx/targets,
+then forward + backward in float64 from those exact weights (the "truth"), stored as float32.
+Deterministic: rerunning produces the same bytes. Run from anywhere:
+    /usr/bin/python3 dev/reference/make_refs.py
+"""
+import os
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from model import GPT, Config, random_init, XSA_EPS  # noqa: E402
+import safetensors_io  # noqa: E402
+
+FORMAT = "xsa-ref-1"
+BATCH = 2
+
+
+def _full(**kw):
+    base = dict(vocab_size=100, n_layer=4, n_head=4, n_kv_head=4, head_dim=8, n_embd=24, seq_len=16,
+                window_pattern="SSSL", short_window=16, value_embeds=True, smear=True)
+    base.update(kw)
+    return base
+
+
+def _window(**kw):
+    base = _full(n_layer=3, n_head=2, n_kv_head=2, head_dim=8, n_embd=32, seq_len=24,
+                 window_pattern="SL", short_window=5)
+    base.update(kw)
+    return base
+
+
+# name -> (Config kwargs, seed). Sizes chosen so that every file stays under ~400 KB. L >= 3 everywhere: with
+# L = 2 the backout layer L//2 is the last one and backout_lambda's gradient is ~0 (the final norm is scale
+# invariant). Seeds picked so that a float32 run of this model is within ~2e-6 (relative norm) of the float64
+# truth on every tensor, i.e. no gradient is dominated by cancellation.
+CONFIGS = [
+    ("plain", dict(vocab_size=100, n_layer=3, n_head=4, n_kv_head=4, head_dim=8, n_embd=32, seq_len=16,
+                   window_pattern="L", short_window=16, value_embeds=False, smear=False), 1006),
+    ("full", _full(), 1002),
+    ("gqa", _full(n_layer=3, n_head=4, n_kv_head=2, head_dim=16), 1005),
+    ("window", _window(), 1004),
+    ("xsa_all", _full(xsa_alpha=1.0, xsa_layers=[0, 1, 2, 3]), 1007),
+    ("xsa_subset", _window(xsa_alpha=0.5, xsa_layers=[1, 2]), 1008),
+    ("xsa_gqa_ve", dict(vocab_size=64, n_layer=3, n_head=4, n_kv_head=2, head_dim=8, n_embd=24, seq_len=20,
+                        window_pattern="SSL", short_window=6, value_embeds=True, smear=True,
+                        xsa_alpha=1.0, xsa_layers=[0, 1, 2]), 1011),
+]
+
+
+def metadata(cfg, batch):
+    return {
+        "format": FORMAT,
+        "vocab_size": str(cfg.vocab_size),
+        "n_layer": str(cfg.n_layer),
+        "n_head": str(cfg.n_head),
+        "n_kv_head": str(cfg.n_kv_head),
+        "head_dim": str(cfg.head_dim),
+        "n_embd": str(cfg.n_embd),
+        "seq_len": str(cfg.seq_len),
+        "batch": str(batch),
+        "window_pattern": cfg.window_pattern,
+        "short_window": str(cfg.short_window),
+        "value_embeds": "1" if cfg.value_embeds else "0",
+        "smear": "1" if cfg.smear else "0",
+        "xsa_alpha": repr(float(cfg.xsa_alpha)),
+        "xsa_layers": ",".join(str(i) for i in cfg.xsa_layers),
+        "softcap": "%g" % cfg.softcap,
+        "xsa_eps": repr(XSA_EPS),
+    }
+
+
+def build(cfg_kwargs, seed, batch=BATCH):
+    """Returns (cfg, model in float64 with float32-representable weights, idx, targets)."""
+    cfg = Config(**cfg_kwargs)
+    model = random_init(GPT(cfg, dtype=torch.float64), seed)
+    g = torch.Generator().manual_seed(seed + 500000)
+    idx = torch.randint(0, cfg.vocab_size, (batch, cfg.seq_len), generator=g)
+    targets = torch.randint(0, cfg.vocab_size, (batch, cfg.seq_len), generator=g)
+    return cfg, model, idx, targets
+
+
+def make(name, cfg_kwargs, seed, outdir):
+    cfg, model, idx, targets = build(cfg_kwargs, seed)
+    model.zero_grad(set_to_none=True)
+    logits, loss = model(idx, targets)
+    loss.backward()
+    f32 = lambda t: t.detach().to(torch.float32).contiguous()  # noqa: E731
+    tensors = {"idx": idx.to(torch.int32), "targets": targets.to(torch.int32)}
+    params = list(model.named_parameters())
+    for pname, p in params:
+        tensors[pname] = f32(p)
+    tensors["logits"] = f32(logits)
+    tensors["loss"] = f32(loss.reshape(1))
+    for pname, p in params:
+        tensors["grad." + pname] = f32(p.grad)
+    path = os.path.join(outdir, name + ".safetensors")
+    safetensors_io.save(path, tensors, metadata(cfg, idx.shape[0]))
+    return path, float(loss), fp32_noise(cfg, model, idx, targets, logits)
+
+
+def _rel(a, b):
+    return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-300))
+
+
+def fp32_noise(cfg, model64, idx, targets, logits64):
+    """Worst relative error (per-tensor norm) of the same model run in float32 against the float64 truth:
+    the floor any fp32 implementation can expect. Informational; not stored."""
+    m = GPT(cfg, dtype=torch.float32)
+    with torch.no_grad():
+        for p, q in zip(m.parameters(), model64.parameters()):
+            p.copy_(q)
+    logits, loss = m(idx, targets)
+    loss.backward()
+    worst = max((_rel(p.grad, q.grad), n) for (n, p), q in zip(m.named_parameters(), model64.parameters()))
+    return _rel(logits, logits64), worst
+
+
+def main():
+    torch.set_num_threads(1)  # fixed reduction order -> same bytes on every rerun
+    outdir = os.path.join(HERE, "data")
+    os.makedirs(outdir, exist_ok=True)
+    for name, kw, seed in CONFIGS:
+        path, loss, (lrel, (grel, gname)) = make(name, kw, seed, outdir)
+        print(f"wrote {os.path.relpath(path)} ({os.path.getsize(path)} bytes, loss {loss:.6f}; "
+              f"fp32 run vs truth: logits {lrel:.1e}, worst grad {grel:.1e} {gname})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,391 @@
+/*
+test_xsa.cu: the test suite. Checks the model against the independent PyTorch reference
+(dev/reference/, float64 truth stored as float32), the XSA identities, the ops' backward passes by
+finite differences, the parameter/FLOP conventions against nanochat's published numbers, and the
+command line's handling of bad input. Prints one line per check and ends with `N passed, N failed`;
+exits non-zero on any failure.
+
+Build and run: make test
+*/
+#define TESTING
+#include "train_gpt.cu"
+
+#include <dirent.h>
+#include <sys/wait.h>
+#include <algorithm>
+
+static int g_passed = 0, g_failed = 0;
+
+static void check(bool ok, const char* fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    printf("%s ", ok ? "PASS" : "FAIL");
+    vprintf(fmt, args);
+    printf("\n");
+    va_end(args);
+    (ok ? g_passed : g_failed)++;
+}
+
+// ||a - b|| / ||b|| in double (if b is all zeros: ||a||, so an exact zero is still required)
+template <typename A, typename Bt>
+static double rel_l2(const A* a, const Bt* b, size_t n) {
+    double diff = 0.0, ref = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - (double)b[i];
+        diff += d * d;
+        ref += (double)b[i] * (double)b[i];
+    }
+    return ref > 0.0 ? sqrt(diff / ref) : sqrt(diff);
+}
+
+static const char* REFERENCE_DIR = "dev/reference/data";
+static const int MIN_REFERENCE_FILES = 7;
+
+static std::vector<std::string> reference_files() {
+    std::vector<std::string> files;
+    DIR* dir = opendir(REFERENCE_DIR);
+    if (dir) {
+        while (dirent* e = readdir(dir)) {
+            std::string name = e->d_name;
+            if (name.size() > 12 && name.substr(name.size() - 12) == ".safetensors") files.push_back(std::string(REFERENCE_DIR) + "/" + name);
+        }
+        closedir(dir);
+    }
+    std::sort(files.begin(), files.end());
+    return files;
+}
+
+// ----------------------------------------------------------------------------------------------------
+// 1. The model against the PyTorch reference: logits and loss (rel <= 1e-5), every gradient (rel L2 <= 1e-4)
+
+static const double LOGITS_TOL = 1e-5, LOSS_TOL = 1e-5, GRAD_TOL = 1e-4;
+
+static void test_against_reference(const std::string& path) {
+    SafetensorsFile ref = safetensors_read(path);
+    GPTConfig c = config_from_metadata(ref);
+    int B = std::stoi(ref.meta("batch")), T = c.seq_len;
+    size_t N = (size_t)B * T;
+    GPT model;
+    gpt_build(&model, c);
+    gpt_load_weights(&model, ref);
+    const int* idx = ref.get_i32("idx", N);
+    const int* targets = ref.get_i32("targets", N);
+    float loss = gpt_forward(&model, idx, targets, B, T);
+    float ref_loss = ref.get_f32("loss", 1)[0];
+    double loss_err = fabs((double)loss - ref_loss) / fabs((double)ref_loss);
+    check(loss_err <= LOSS_TOL, "%s: loss %.7f vs reference %.7f (rel err %.2e <= %.0e)", path.c_str(), loss, ref_loss, loss_err, LOSS_TOL);
+    double logit_err = rel_l2(model.acts.logits, ref.get_f32("logits", N * c.vocab_size), N * c.vocab_size);
+    check(logit_err <= LOGITS_TOL, "%s: logits rel L2 err %.2e <= %.0e", path.c_str(), logit_err, LOGITS_TOL);
+
+    gpt_zero_grad(&model);
+    gpt_backward(&model, 1.0f);
+    double worst = 0.0;
+    std::string worst_name;
+    int bad = 0;
+    for (const ParamTensor& t : model.table) {
+        double err = rel_l2(model.grads + t.offset, ref.get_f32("grad." + t.name, t.numel), t.numel);
+        if (err > worst) { worst = err; worst_name = t.name; }
+        if (!(err <= GRAD_TOL)) {
+            bad++;
+            printf("     gradient %s: rel L2 err %.2e\n", t.name.c_str(), err);
+        }
+    }
+    check(bad == 0, "%s: all %zu gradients rel L2 err <= %.0e (worst %.2e, %s)", path.c_str(), model.table.size(), GRAD_TOL,
+          worst, worst_name.c_str());
+    gpt_free(&model);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// 2. alpha = 0 on every layer runs the XSA op and must be bit-identical to XSA off (loss, logits, grads)
+
+static void test_alpha_zero_identity(const std::string& path) {
+    SafetensorsFile ref = safetensors_read(path);
+    GPTConfig base = config_from_metadata(ref);
+    int B = std::stoi(ref.meta("batch")), T = base.seq_len;
+    size_t N = (size_t)B * T;
+    const int* idx = ref.get_i32("idx", N);
+    const int* targets = ref.get_i32("targets", N);
+    GPTConfig off = base, zero = base;
+    off.xsa_alpha = 0.0f;
+    off.xsa_layer.assign(base.n_layer, false);
+    zero.xsa_alpha = 0.0f;
+    zero.xsa_layer.assign(base.n_layer, true);
+    GPT a, b;
+    gpt_build(&a, off);
+    gpt_build(&b, zero);
+    gpt_load_weights(&a, ref);
+    gpt_load_weights(&b, ref);
+    float la = gpt_forward(&a, idx, targets, B, T);
+    float lb = gpt_forward(&b, idx, targets, B, T);
+    bool logits_same = memcmp(a.acts.logits, b.acts.logits, N * base.vocab_size * sizeof(float)) == 0;
+    gpt_zero_grad(&a);
+    gpt_zero_grad(&b);
+    gpt_backward(&a, 1.0f);
+    gpt_backward(&b, 1.0f);
+    bool grads_same = a.num_params == b.num_params && memcmp(a.grads, b.grads, a.num_params * sizeof(float)) == 0;
+    check(memcmp(&la, &lb, sizeof la) == 0 && logits_same && grads_same,
+          "%s: alpha=0 on all layers is bit-identical to XSA off (loss %s, logits %s, gradients %s)", path.c_str(),
+          memcmp(&la, &lb, sizeof la) == 0 ? "same" : "DIFFER", logits_same ? "same" : "DIFFER", grads_same ? "same" : "DIFFER");
+    gpt_free(&a);
+    gpt_free(&b);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// 3. Finite differences (double precision) of the XSA and attention ops against their backward.
+// L = sum(w * out) with random w; central differences with step 1e-6 have error ~1e-10, so a 1e-6
+// relative tolerance leaves a wide margin for rounding and still catches any wrong term.
+
+static const double FD_STEP = 1e-6, FD_TOL = 1e-6;
+
+static std::vector<double> random_vector(size_t n, Rng* rng) {
+    std::vector<double> v(n);
+    for (double& x : v) x = 2.0 * rng_uniform(rng) - 1.0;
+    return v;
+}
+
+static double weighted_sum(const std::vector<double>& w, const std::vector<double>& out) {
+    double s = 0.0;
+    for (size_t i = 0; i < w.size(); i++) s += w[i] * out[i];
+    return s;
+}
+
+// numeric gradient of f with respect to every element of x, compared with `analytic`
+template <typename F>
+static double fd_error(std::vector<double>& x, const std::vector<double>& analytic, F f) {
+    std::vector<double> numeric(x.size());
+    for (size_t i = 0; i < x.size(); i++) {
+        double keep = x[i];
+        x[i] = keep + FD_STEP;
+        double up = f();
+        x[i] = keep - FD_STEP;
+        double down = f();
+        x[i] = keep;
+        numeric[i] = (up - down) / (2.0 * FD_STEP);
+    }
+    return rel_l2(analytic.data(), numeric.data(), x.size());
+}
+
+static void test_xsa_finite_differences(int H, int Hkv, double alpha) {
+    const int tokens = 6, D = 8;
+    Rng rng{1234};
+    std::vector<double> y = random_vector((size_t)tokens * H * D, &rng), v = random_vector((size_t)tokens * Hkv * D, &rng);
+    std::vector<double> w = random_vector(y.size(), &rng), z(y.size());
+    auto loss = [&]() {
+        xsa_forward_cpu(z.data(), y.data(), v.data(), tokens, H, Hkv, D, alpha);
+        return weighted_sum(w, z);
+    };
+    std::vector<double> dy(y.size()), dv(v.size(), 0.0);
+    xsa_backward_cpu(dy.data(), dv.data(), w.data(), y.data(), v.data(), tokens, H, Hkv, D, alpha);
+    double ey = fd_error(y, dy, loss), ev = fd_error(v, dv, loss);
+    check(ey <= FD_TOL && ev <= FD_TOL, "XSA op finite differences (H %d, Hkv %d, alpha %.2f): dy err %.1e, dv err %.1e <= %.0e", H, Hkv,
+          alpha, ey, ev, FD_TOL);
+}
+
+static void test_attention_finite_differences(int H, int Hkv, int window) {
+    const int B = 2, T = 7, D = 8;
+    Rng rng{99};
+    // q and k scaled up so the softmax is far from uniform and every term of the backward matters
+    std::vector<double> q = random_vector((size_t)B * T * H * D, &rng), k = random_vector((size_t)B * T * Hkv * D, &rng);
+    std::vector<double> v = random_vector(k.size(), &rng), w = random_vector(q.size(), &rng);
+    for (double& x : q) x *= 2.0;
+    std::vector<double> y(q.size()), lse((size_t)B * H * T);
+    auto loss = [&]() {
+        attention_forward_cpu(y.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, Hkv, D, window);
+        return weighted_sum(w, y);
+    };
+    loss();
+    std::vector<double> dq(q.size(), 0.0), dk(k.size(), 0.0), dv(v.size(), 0.0);
+    attention_backward_cpu(dq.data(), dk.data(), dv.data(), w.data(), q.data(), k.data(), v.data(), y.data(), lse.data(), B, T, H,
+                           Hkv, D, window);
+    double eq = fd_error(q, dq, loss), ek = fd_error(k, dk, loss), ev = fd_error(v, dv, loss);
+    check(eq <= FD_TOL && ek <= FD_TOL && ev <= FD_TOL,
+          "attention op finite differences (H %d, Hkv %d, window %d of T %d): dq %.1e, dk %.1e, dv %.1e <= %.0e", H, Hkv, window, T, eq,
+          ek, ev, FD_TOL);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// 4. At alpha = 1, every head's output is orthogonal to its token's own value: |z.v| / (|z||v|) ~ 0.
+// Rounding leaves ~1e-7; a wrong kv head or a missing term leaves O(0.1).
+
+static const double ORTHOGONAL_TOL = 1e-5;
+
+static void test_alpha_one_orthogonal(const std::string& path) {
+    SafetensorsFile ref = safetensors_read(path);
+    GPTConfig c = config_from_metadata(ref);
+    c.xsa_alpha = 1.0f;
+    c.xsa_layer.assign(c.n_layer, true);
+    int B = std::stoi(ref.meta("batch")), T = c.seq_len;
+    size_t N = (size_t)B * T;
+    GPT model;
+    gpt_build(&model, c);
+    gpt_load_weights(&model, ref);
+    gpt_forward(&model, ref.get_i32("idx", N), ref.get_i32("targets", N), B, T);
+    const int H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim;
+    double worst = 0.0;
+    for (int l = 0; l < c.n_layer; l++)
+        for (size_t n = 0; n < N; n++)
+            for (int h = 0; h < H; h++) {
+                const float* z = model.acts.layer[l].z + (n * H + h) * D;
+                const float* v = model.acts.layer[l].v + (n * Hkv + h / (H / Hkv)) * D;
+                double zv = 0, zz = 0, vv = 0;
+                for (int d = 0; d < D; d++) {
+                    zv += (double)z[d] * v[d];
+                    zz += (double)z[d] * z[d];
+                    vv += (double)v[d] * v[d];
+                }
+                worst = std::max(worst, fabs(zv) / (sqrt(zz * vv) + 1e-30));
+            }
+    check(worst <= ORTHOGONAL_TOL, "%s with alpha=1 on all layers: max |z.v|/(|z||v|) over layers, tokens, heads = %.1e <= %.0e",
+          path.c_str(), worst, ORTHOGONAL_TOL);
+    gpt_free(&model);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// 5. Parameter counts and FLOPs/token against the values published in ../shared/spec/nanochat.md 1.8
+// (nanochat's own shapes: head_dim 128, aspect ratio 64, vocab 32768, T 2048, SSSL).
+
+static void test_nanochat_counts(int depth, int dim, int heads, size_t total, size_t scaling, double flops) {
+    GPTConfig c;
+    c.n_layer = depth;
+    c.n_embd = dim;
+    c.n_head = c.n_kv_head = heads;
+    c.head_dim = 128;
+    c.vocab_size = c.padded_vocab = 32768;
+    c.seq_len = 2048;
+    c.short_window = default_short_window(2048);
+    c.xsa_layer.assign(depth, false);
+    ParamCounts pc = count_params(c);
+    double f = flops_per_token(c);
+    check(pc.total == total && pc.scaling == scaling && f == flops && c.short_window == 512,
+          "d%d (%d/%d heads): total params %zu (nanochat %zu), scaling %zu (%zu), FLOPs/token %.0f (%.0f), short window %d (512)",
+          depth, dim, heads, pc.total, total, pc.scaling, scaling, f, flops, c.short_window);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// 6. Layer selection and the command line: every bad input ends with one message and exit code 1
+
+static void test_layer_spec() {
+    auto same = [](const std::vector<bool>& got, std::vector<int> want_on) {
+        std::vector<bool> want(got.size(), false);
+        for (int l : want_on) want[l] = true;
+        return got == want;
+    };
+    check(same(parse_layer_spec("all", 4), {0, 1, 2, 3}) && same(parse_layer_spec("none", 4), {}) &&
+              same(parse_layer_spec("6-11", 12), {6, 7, 8, 9, 10, 11}) && same(parse_layer_spec("last:3", 12), {9, 10, 11}) &&
+              same(parse_layer_spec("0,2,5-6,last:1", 12), {0, 2, 5, 6, 11}),
+          "--xsa-layers: all, none, 6-11, last:3 and a mixed list select the right layers");
+}
+
+static void test_cli_rejects(const char* args, const char* expect) {
+    std::string cmd = std::string("./train_gpt_cpu ") + args + " 2>&1 >/dev/null";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[512];
+    while (p && fgets(buf, sizeof buf, p)) out += buf;
+    int status = p ? pclose(p) : -1;
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    int lines = (int)std::count(out.begin(), out.end(), '\n');
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    bool ok = code == 1 && lines == 1 && out.rfind("error: ", 0) == 0 && out.find(expect) != std::string::npos;
+    check(ok, "train_gpt %s -> exit %d, %d line(s): %s", args, code, lines, out.empty() ? "(nothing)" : out.c_str());
+    if (!ok) printf("     expected exit 1 and one line containing '%s'\n", expect);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// 7. Initialisation (spec 1.6) and the safetensors round trip
+
+static void test_init_and_roundtrip() {
+    GPTConfig c;
+    c.n_layer = 4;
+    c.n_embd = 128;
+    c.n_head = c.n_kv_head = 2;
+    c.vocab_size = 1000;
+    c.padded_vocab = padded_vocab_size(1000);
+    c.seq_len = 64;
+    c.short_window = 16;
+    c.xsa_alpha = 1.0f;
+    c.xsa_layer = parse_layer_spec("1-2", 4);
+    GPT model;
+    gpt_build(&model, c);
+    gpt_init_weights(&model, 7);
+    auto stats = [](const float* x, size_t n, double* mean, double* std, float* lo, float* hi) {
+        double s = 0, ss = 0;
+        *lo = INFINITY;
+        *hi = -INFINITY;
+        for (size_t i = 0; i < n; i++) {
+            s += x[i];
+            ss += (double)x[i] * x[i];
+            *lo = std::min(*lo, x[i]);
+            *hi = std::max(*hi, x[i]);
+        }
+        *mean = s / n;
+        *std = sqrt(ss / n - *mean * *mean);
+    };
+    double mean, std;
+    float lo, hi;
+    const float s = sqrtf(3.0f / 128.0f);
+    stats(model.w.wte, (size_t)1024 * 128, &mean, &std, &lo, &hi);
+    bool wte_ok = fabs(mean) < 0.01 && fabs(std - 0.8) < 0.01;
+    stats(model.w.h[1].c_q, 128 * 128, &mean, &std, &lo, &hi);
+    bool cq_ok = lo >= -s && hi <= s && fabs(std - s / sqrt(3.0)) < 0.01 * s;
+    stats(model.w.h[2].c_fc, 512 * 128, &mean, &std, &lo, &hi);
+    bool fc_ok = lo >= -0.4f * s && hi <= 0.4f * s && hi > 0.39f * s;
+    stats(model.w.h[3].c_proj, 128 * 128, &mean, &std, &lo, &hi);
+    bool proj_zero = lo == 0.0f && hi == 0.0f;
+    bool lambdas_ok = model.w.resid_lambdas[0] == 1.15f && fabsf(model.w.resid_lambdas[3] - 1.05f) < 1e-6f &&
+                      model.w.x0_lambdas[0] == 0.20f && fabsf(model.w.x0_lambdas[3] - 0.05f) < 1e-6f &&
+                      model.w.smear_lambda[0] == 0.0f && model.w.backout_lambda[0] == 0.2f;
+    check(wte_ok && cq_ok && fc_ok && proj_zero && lambdas_ok,
+          "init: wte N(0, 0.8) %s, c_q U(-s, s) %s, c_fc U(-0.4s, 0.4s) %s, c_proj zero %s, lambdas %s", wte_ok ? "ok" : "BAD",
+          cq_ok ? "ok" : "BAD", fc_ok ? "ok" : "BAD", proj_zero ? "ok" : "BAD", lambdas_ok ? "ok" : "BAD");
+
+    const char* path = "/tmp/xsa_train_roundtrip.safetensors";
+    gpt_save_weights(&model, path);
+    SafetensorsFile file = safetensors_read(path);
+    GPTConfig loaded_config = config_from_metadata(file);
+    GPT loaded;
+    gpt_build(&loaded, loaded_config);
+    gpt_load_weights(&loaded, file);
+    bool same = config_to_metadata(loaded_config) == config_to_metadata(c) && loaded.num_params == model.num_params &&
+                memcmp(loaded.params, model.params, model.num_params * sizeof(float)) == 0;
+    check(same, "safetensors round trip: configuration and all %zu parameters come back bit-identical", model.num_params);
+    remove(path);
+    gpt_free(&model);
+    gpt_free(&loaded);
+}
+
+int main() {
+    std::vector<std::string> files = reference_files();
+    check((int)files.size() >= MIN_REFERENCE_FILES, "found %zu reference files in %s (need >= %d; regenerate with dev/reference/make_refs.py)",
+          files.size(), REFERENCE_DIR, MIN_REFERENCE_FILES);
+    for (const std::string& f : files) test_against_reference(f);
+    for (const std::string& f : files) test_alpha_zero_identity(f);
+    for (const std::string& f : files)
+        if (f.find("xsa") != std::string::npos || f.find("gqa") != std::string::npos) test_alpha_one_orthogonal(f);
+
+    test_xsa_finite_differences(4, 4, 1.0);
+    test_xsa_finite_differences(4, 2, 0.5);
+    test_xsa_finite_differences(6, 2, 1.0);
+    test_attention_finite_differences(4, 4, 100);  // full causal
+    test_attention_finite_differences(4, 2, 2);    // GQA, window shorter than T
+    test_attention_finite_differences(2, 1, 0);    // each token sees only itself
+
+    test_nanochat_counts(12, 768, 6, 286261730, 110100912, 759696048.0);
+    test_nanochat_counts(24, 1536, 12, 1384122122, 729810624, 4775225616.0);
+
+    test_init_and_roundtrip();
+    test_layer_spec();
+    test_cli_rejects("--bogus 1", "unknown option");
+    test_cli_rejects("-x 1.5", "alpha");
+    test_cli_rejects("-x -0.1", "alpha");
+    test_cli_rejects("-d 12 -x 1 --xsa-layers 12", "past the depth");
+    test_cli_rejects("-d 12 -x 1 --xsa-layers last:13", "last:K");
+    test_cli_rejects("--dim 100 --heads 3", "not divisible");
+    test_cli_rejects("--heads 12 --kv-heads 5", "multiple of --kv-heads");
+    test_cli_rejects("-d", "needs a value");
+    test_cli_rejects("-d twelve", "integer");
+    test_cli_rejects("--window-pattern SXL", "window-pattern");
+
+    printf("%d passed, %d failed\n", g_passed, g_failed);
+    return g_failed == 0 ? 0 : 1;
+}

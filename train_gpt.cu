@@ -1,0 +1,873 @@
+/*
+train_gpt.cu: nanochat's GPT with parameterized Exclusive Self-Attention (XSA), in one file.
+
+The same source builds two ways (../shared/DESIGN.md): with g++ as the CPU backend (fp32, OpenMP), and
+with nvcc as the CUDA backend (issue #6). Each op lives in the header named after it, with its CPU
+version (the readable statement of the math) and, later, its CUDA twin. This file holds the model:
+configuration, parameter and activation layout, initialisation, forward, backward, and main.
+
+Model (nanochat a825e63 and later, ../shared/spec/nanochat.md 1.2-1.7), per token:
+  x = norm(wte[idx]);  x = smear(x);  x0 = x
+  for each layer i:
+    x = resid_lambdas[i] * x + x0_lambdas[i] * x0
+    h = norm(x);  q, k, v = h Wq^T, h Wk^T, h Wv^T;  v += 3 sigmoid(h[:12] Wg^T) * ve_i[idx]  (VE layers)
+    q, k = 1.2 norm(rope(q)), 1.2 norm(rope(k));  y = causal windowed attention(q, k, v)
+    z = y - alpha * proj_v(y)  (XSA layers);  x = x + z Wproj^T
+    x = x + relu(norm(x) Wfc^T)^2 Wmlp^T
+    if i == L/2: x_backout = x
+  x = norm(x - backout_lambda * x_backout);  logits = 15 tanh(x lm_head^T / 15);  loss = cross-entropy
+*/
+#include <map>
+#include <string>
+#include <vector>
+
+#include "attention.cuh"
+#include "common.h"
+#include "embedding.cuh"
+#include "loss.cuh"
+#include "matmul.cuh"
+#include "mlp.cuh"
+#include "norm.cuh"
+#include "residual.cuh"
+#include "rotary.cuh"
+#include "safetensors.h"
+#include "xsa.cuh"
+
+// ----------------------------------------------------------------------------------------------------
+// Configuration
+
+static const float QK_SCALE = 1.2f;     // q and k are multiplied by 1.2 after QK-norm (nanochat a825e63)
+static const float SOFTCAP = 15.0f;     // logits = 15 tanh(logits / 15)
+static const int VOCAB_PAD = 64;        // wte, lm_head and value-embedding tables get ceil(V/64)*64 rows
+static const int MAX_PATTERN = 64;
+
+struct GPTConfig {
+    int vocab_size = 32768;   // V: the tokenizer's vocabulary; logits are sliced to it
+    int padded_vocab = 32768; // V_pad = ceil(V / 64) * 64 rows in the embedding tables and lm_head
+    int n_layer = 12;         // L
+    int n_head = 12;          // H query heads
+    int n_kv_head = 12;       // Hkv key/value heads (GQA when < H)
+    int head_dim = 64;        // D
+    int n_embd = 768;         // C, the residual width
+    int seq_len = 2048;       // T, the training context (sets the long window and the rotary table)
+    std::string window_pattern = "SSSL";  // per layer, tiled: 'S' short window, 'L' long (= T); last layer L
+    int short_window = 512;   // keys a token sees besides itself in 'S' layers (nanochat: ceil(T/4/128)*128)
+    bool value_embeds = true; // value embeddings on alternating layers ending with the last
+    bool smear = true;        // mix the previous token's embedding into the current one
+    float xsa_alpha = 0.0f;   // XSA strength in [0, 1]
+    std::vector<bool> xsa_layer;  // per layer: run the XSA op (alpha 0 on a selected layer is exact too)
+};
+
+static inline int padded_vocab_size(int V) { return (V + VOCAB_PAD - 1) / VOCAB_PAD * VOCAB_PAD; }
+static inline int default_short_window(int T) { return (T / 4 + 127) / 128 * 128; }  // ceil(T/4/128)*128
+
+static inline bool layer_has_ve(const GPTConfig& c, int l) { return c.value_embeds && l % 2 == (c.n_layer - 1) % 2; }
+static inline bool layer_has_xsa(const GPTConfig& c, int l) { return c.xsa_layer[l]; }
+// number of earlier keys a query sees in layer l (the last layer is always full)
+static inline int layer_window(const GPTConfig& c, int l) {
+    if (l == c.n_layer - 1) return c.seq_len;
+    char kind = c.window_pattern[l % c.window_pattern.size()];
+    return kind == 'L' ? c.seq_len : c.short_window;
+}
+
+// Parses a layer selection for XSA: "all", "none", or a comma list of indices ("3"), ranges ("6-11")
+// and the deepest k layers ("last:3"). Fails with a message naming the bad part.
+static std::vector<bool> parse_layer_spec(const std::string& spec, int n_layer) {
+    std::vector<bool> on(n_layer, false);
+    if (spec == "all") return std::vector<bool>(n_layer, true);
+    if (spec == "none" || spec.empty()) return on;
+    size_t start = 0;
+    while (start <= spec.size()) {
+        size_t comma = spec.find(',', start);
+        std::string part = spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        start = comma == std::string::npos ? spec.size() + 1 : comma + 1;
+        char* end = nullptr;
+        long lo = -1, hi = -1;
+        if (part.rfind("last:", 0) == 0) {
+            long k = strtol(part.c_str() + 5, &end, 10);
+            if (end == part.c_str() + 5 || *end != '\0' || k < 1 || k > n_layer)
+                fail("--xsa-layers: '%s' must be last:K with 1 <= K <= %d (the depth)", part.c_str(), n_layer);
+            lo = n_layer - k;
+            hi = n_layer - 1;
+        } else {
+            lo = strtol(part.c_str(), &end, 10);
+            if (end == part.c_str()) fail("--xsa-layers: '%s' is not a layer index, a range A-B, last:K, all or none", part.c_str());
+            hi = lo;
+            if (*end == '-') {
+                const char* second = end + 1;
+                hi = strtol(second, &end, 10);
+                if (end == second) fail("--xsa-layers: '%s' is not a range A-B", part.c_str());
+            }
+            if (*end != '\0') fail("--xsa-layers: '%s' is not a layer index, a range A-B, last:K, all or none", part.c_str());
+            if (lo < 0 || hi < lo) fail("--xsa-layers: '%s' is not a valid layer range", part.c_str());
+            if (hi >= n_layer) fail("--xsa-layers: layer %ld is past the depth (layers are 0..%d)", hi, n_layer - 1);
+        }
+        for (long l = lo; l <= hi; l++) on[l] = true;
+    }
+    return on;
+}
+
+static std::string layer_list(const std::vector<bool>& on) {
+    std::string out;
+    for (size_t l = 0; l < on.size(); l++)
+        if (on[l]) out += (out.empty() ? "" : ",") + std::to_string(l);
+    return out.empty() ? "none" : out;
+}
+
+// Checks the invariants every op relies on; any violation is a user error.
+static void validate_config(const GPTConfig& c) {
+    if (c.n_layer < 1) fail("depth must be >= 1 (got %d)", c.n_layer);
+    if (c.n_head < 1 || c.n_kv_head < 1) fail("--heads and --kv-heads must be >= 1");
+    if (c.n_head % c.n_kv_head != 0) fail("--heads %d is not a multiple of --kv-heads %d", c.n_head, c.n_kv_head);
+    if (c.head_dim < 2 || c.head_dim % 2 != 0) fail("--head-dim must be even (rotary pairs channels), got %d", c.head_dim);
+    if (c.n_embd < SMEAR_CHANNELS) fail("--dim must be >= %d (the smear gate reads 24 channels), got %d", SMEAR_CHANNELS, c.n_embd);
+    if (c.vocab_size < 2) fail("--vocab must be >= 2, got %d", c.vocab_size);
+    if (c.seq_len < 1) fail("--seq-len must be >= 1, got %d", c.seq_len);
+    if (c.short_window < 0) fail("--short-window must be >= 0, got %d", c.short_window);
+    if (c.window_pattern.empty() || c.window_pattern.size() > MAX_PATTERN ||
+        c.window_pattern.find_first_not_of("SL") != std::string::npos)
+        fail("--window-pattern must be a string of S and L, got '%s'", c.window_pattern.c_str());
+    if (!(c.xsa_alpha >= 0.0f && c.xsa_alpha <= 1.0f)) fail("-x (XSA alpha) must be in [0, 1], got %g", c.xsa_alpha);
+    if ((int)c.xsa_layer.size() != c.n_layer) fail("internal: XSA layer mask has %zu entries for %d layers", c.xsa_layer.size(), c.n_layer);
+}
+
+// The model configuration as safetensors metadata (string values; the PyTorch reference writes the same
+// keys), so a weights file says which model it belongs to.
+static std::map<std::string, std::string> config_to_metadata(const GPTConfig& c) {
+    std::string layers = layer_list(c.xsa_layer);
+    char alpha[32];
+    snprintf(alpha, sizeof alpha, "%.9g", c.xsa_alpha);
+    return {{"vocab_size", std::to_string(c.vocab_size)}, {"n_layer", std::to_string(c.n_layer)},
+            {"n_head", std::to_string(c.n_head)}, {"n_kv_head", std::to_string(c.n_kv_head)},
+            {"head_dim", std::to_string(c.head_dim)}, {"n_embd", std::to_string(c.n_embd)},
+            {"seq_len", std::to_string(c.seq_len)}, {"window_pattern", c.window_pattern},
+            {"short_window", std::to_string(c.short_window)}, {"value_embeds", c.value_embeds ? "1" : "0"},
+            {"smear", c.smear ? "1" : "0"}, {"xsa_alpha", alpha}, {"xsa_layers", layers == "none" ? "" : layers}};
+}
+
+static GPTConfig config_from_metadata(const SafetensorsFile& file) {
+    auto integer = [&](const char* key) {
+        std::string v = file.meta(key);
+        char* end = nullptr;
+        long x = strtol(v.c_str(), &end, 10);
+        if (v.empty() || *end != '\0') fail("'%s': metadata %s = '%s' is not an integer", file.path.c_str(), key, v.c_str());
+        return (int)x;
+    };
+    GPTConfig c;
+    c.vocab_size = integer("vocab_size");
+    c.padded_vocab = padded_vocab_size(c.vocab_size);
+    c.n_layer = integer("n_layer");
+    c.n_head = integer("n_head");
+    c.n_kv_head = integer("n_kv_head");
+    c.head_dim = integer("head_dim");
+    c.n_embd = integer("n_embd");
+    c.seq_len = integer("seq_len");
+    c.window_pattern = file.meta("window_pattern");
+    c.short_window = integer("short_window");
+    c.value_embeds = integer("value_embeds") != 0;
+    c.smear = integer("smear") != 0;
+    std::string alpha = file.meta("xsa_alpha");
+    char* end = nullptr;
+    c.xsa_alpha = strtof(alpha.c_str(), &end);
+    if (alpha.empty() || *end != '\0') fail("'%s': metadata xsa_alpha = '%s' is not a number", file.path.c_str(), alpha.c_str());
+    if (c.n_layer < 1 || c.n_layer > 4096) fail("'%s': metadata n_layer = %d is out of range", file.path.c_str(), c.n_layer);
+    c.xsa_layer = parse_layer_spec(file.meta("xsa_layers"), c.n_layer);
+    validate_config(c);
+    return c;
+}
+
+// ----------------------------------------------------------------------------------------------------
+// Parameters: one allocation, laid out from a table of named tensors (nanochat's state_dict names, so
+// safetensors files map one to one). Gradients use the same layout in a second allocation.
+
+struct ParamTensor {
+    std::string name;
+    std::vector<int64_t> shape;
+    size_t offset, numel;
+};
+
+struct LayerWeights {
+    float* c_q;          // (H*D, C)
+    float* c_k;          // (Hkv*D, C)
+    float* c_v;          // (Hkv*D, C)
+    float* c_proj;       // (C, H*D)
+    float* ve_gate;      // (Hkv, 12)       VE layers only, else nullptr
+    float* c_fc;         // (4C, C)
+    float* mlp_proj;     // (C, 4C)
+    float* value_embed;  // (V_pad, Hkv*D)  VE layers only, else nullptr
+};
+
+struct Weights {
+    float* wte;              // (V_pad, C)
+    float* lm_head;          // (V_pad, C)
+    float* resid_lambdas;    // (L)
+    float* x0_lambdas;       // (L)
+    float* smear_gate;       // (24)  smear only
+    float* smear_lambda;     // (1)   smear only
+    float* backout_lambda;   // (1)
+    std::vector<LayerWeights> h;
+};
+
+static std::vector<ParamTensor> param_table(const GPTConfig& c) {
+    std::vector<ParamTensor> t;
+    size_t offset = 0;
+    auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+        size_t numel = 1;
+        for (int64_t d : shape) numel *= (size_t)d;
+        t.push_back({name, shape, offset, numel});
+        offset += numel;
+    };
+    const int64_t C = c.n_embd, Vp = c.padded_vocab, qdim = (int64_t)c.n_head * c.head_dim, kvdim = (int64_t)c.n_kv_head * c.head_dim;
+    add("transformer.wte.weight", {Vp, C});
+    for (int l = 0; l < c.n_layer; l++) {
+        std::string p = "transformer.h." + std::to_string(l) + ".";
+        add(p + "attn.c_q.weight", {qdim, C});
+        add(p + "attn.c_k.weight", {kvdim, C});
+        add(p + "attn.c_v.weight", {kvdim, C});
+        add(p + "attn.c_proj.weight", {C, qdim});
+        if (layer_has_ve(c, l)) add(p + "attn.ve_gate.weight", {c.n_kv_head, VE_GATE_CHANNELS});
+        add(p + "mlp.c_fc.weight", {4 * C, C});
+        add(p + "mlp.c_proj.weight", {C, 4 * C});
+    }
+    add("lm_head.weight", {Vp, C});
+    add("resid_lambdas", {c.n_layer});
+    add("x0_lambdas", {c.n_layer});
+    if (c.smear) {
+        add("smear_gate.weight", {1, SMEAR_CHANNELS});
+        add("smear_lambda", {1});
+    }
+    add("backout_lambda", {1});
+    for (int l = 0; l < c.n_layer; l++)
+        if (layer_has_ve(c, l)) add("value_embeds." + std::to_string(l) + ".weight", {Vp, kvdim});
+    return t;
+}
+
+// Points `w` at the tensors of a buffer laid out by param_table (called for parameters and gradients).
+static void point_weights(Weights* w, float* base, const GPTConfig& c, const std::vector<ParamTensor>& table) {
+    auto at = [&](const std::string& name) -> float* {
+        for (const ParamTensor& t : table)
+            if (t.name == name) return base + t.offset;
+        return nullptr;
+    };
+    w->wte = at("transformer.wte.weight");
+    w->lm_head = at("lm_head.weight");
+    w->resid_lambdas = at("resid_lambdas");
+    w->x0_lambdas = at("x0_lambdas");
+    w->smear_gate = at("smear_gate.weight");
+    w->smear_lambda = at("smear_lambda");
+    w->backout_lambda = at("backout_lambda");
+    w->h.resize(c.n_layer);
+    for (int l = 0; l < c.n_layer; l++) {
+        std::string p = "transformer.h." + std::to_string(l) + ".";
+        LayerWeights& lw = w->h[l];
+        lw.c_q = at(p + "attn.c_q.weight");
+        lw.c_k = at(p + "attn.c_k.weight");
+        lw.c_v = at(p + "attn.c_v.weight");
+        lw.c_proj = at(p + "attn.c_proj.weight");
+        lw.ve_gate = at(p + "attn.ve_gate.weight");
+        lw.c_fc = at(p + "mlp.c_fc.weight");
+        lw.mlp_proj = at(p + "mlp.c_proj.weight");
+        lw.value_embed = at("value_embeds." + std::to_string(l) + ".weight");
+    }
+}
+
+// ----------------------------------------------------------------------------------------------------
+// Activations: everything the backward needs, for a (B, T) batch, in one allocation. The layout is
+// computed by running the same carve-out twice: once to count, once to hand out pointers.
+
+struct LayerActs {
+    float* x_mix;    // (N, C)      block input after the lambda mix
+    float* rstd1;    // (N)
+    float* h;        // (N, C)      norm(x_mix)
+    float* q;        // (N, H, D)   after rotary, QK-norm and the 1.2 scale
+    float* k;        // (N, Hkv, D) likewise
+    float* v;        // (N, Hkv, D) after the value-embedding mix
+    float* q_rstd;   // (N, H)
+    float* k_rstd;   // (N, Hkv)
+    float* ve_gate;  // (N, Hkv)    3 sigmoid(...), VE layers only
+    float* y;        // (N, H, D)   attention output
+    float* lse;      // (B, H, T)   softmax log-sum-exp per query row
+    float* z;        // (N, H, D)   after XSA; == y on layers without XSA
+    float* x_attn;   // (N, C)      x_mix + attention branch
+    float* rstd2;    // (N)
+    float* h2;       // (N, C)      norm(x_attn)
+    float* fc;       // (N, 4C)     MLP pre-activation
+    float* act;      // (N, 4C)     relu(fc)^2
+    float* x_out;    // (N, C)      x_attn + MLP branch
+};
+
+struct Acts {
+    int* idx;           // (N)
+    int* targets;       // (N)
+    float* emb_norm;    // (N, C)  norm(wte[idx])
+    float* emb_rstd;    // (N)
+    float* smear_logit; // (N)     smear only
+    float* x0;          // (N, C)  smear(emb_norm); == emb_norm without smear
+    std::vector<LayerActs> layer;
+    float* x_backout;   // (N, C)  x - backout_lambda * x_out[L/2]
+    float* rstd_f;      // (N)
+    float* x_final;     // (N, C)  norm(x_backout)
+    float* logits;      // (N, V)  softcapped logits; turned into their gradient by the backward
+    float* losses;      // (N)
+    // backward scratch (shared by all layers)
+    float *d_res, *d_x0, *d_backout, *d_h, *d_q, *d_k, *d_v, *d_y, *d_q_rot, *d_k_rot, *d_fc, *d_ve, *ve_rows;
+};
+
+struct Carver {
+    float* base;
+    size_t used;
+    float* take(size_t n) {
+        float* p = base ? base + used : nullptr;
+        used += n;
+        return p;
+    }
+};
+
+static void carve_acts(Acts* a, Carver* cv, const GPTConfig& c, int B, int T) {
+    size_t N = (size_t)B * T, C = c.n_embd, qd = (size_t)c.n_head * c.head_dim, kvd = (size_t)c.n_kv_head * c.head_dim;
+    a->idx = (int*)cv->take(N);  // ints share the float-sized slots
+    a->targets = (int*)cv->take(N);
+    a->emb_norm = cv->take(N * C);
+    a->emb_rstd = cv->take(N);
+    a->smear_logit = c.smear ? cv->take(N) : nullptr;
+    a->x0 = c.smear ? cv->take(N * C) : a->emb_norm;
+    a->layer.resize(c.n_layer);
+    for (int l = 0; l < c.n_layer; l++) {
+        LayerActs& la = a->layer[l];
+        la.x_mix = cv->take(N * C);
+        la.rstd1 = cv->take(N);
+        la.h = cv->take(N * C);
+        la.q = cv->take(N * qd);
+        la.k = cv->take(N * kvd);
+        la.v = cv->take(N * kvd);
+        la.q_rstd = cv->take(N * c.n_head);
+        la.k_rstd = cv->take(N * c.n_kv_head);
+        la.ve_gate = layer_has_ve(c, l) ? cv->take(N * c.n_kv_head) : nullptr;
+        la.y = cv->take(N * qd);
+        la.lse = cv->take(N * c.n_head);
+        la.z = layer_has_xsa(c, l) ? cv->take(N * qd) : la.y;
+        la.x_attn = cv->take(N * C);
+        la.rstd2 = cv->take(N);
+        la.h2 = cv->take(N * C);
+        la.fc = cv->take(N * 4 * C);
+        la.act = cv->take(N * 4 * C);
+        la.x_out = cv->take(N * C);
+    }
+    a->x_backout = cv->take(N * C);
+    a->rstd_f = cv->take(N);
+    a->x_final = cv->take(N * C);
+    a->logits = cv->take(N * c.vocab_size);
+    a->losses = cv->take(N);
+    a->d_res = cv->take(N * C);
+    a->d_x0 = cv->take(N * C);
+    a->d_backout = cv->take(N * C);
+    a->d_h = cv->take(N * C);
+    a->d_q = cv->take(N * qd);
+    a->d_k = cv->take(N * kvd);
+    a->d_v = cv->take(N * kvd);
+    a->d_y = cv->take(N * qd);
+    a->d_q_rot = cv->take(N * qd);
+    a->d_k_rot = cv->take(N * kvd);
+    a->d_fc = cv->take(N * 4 * C);
+    a->d_ve = cv->take(N * kvd);
+    a->ve_rows = cv->take(N * kvd);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// The model
+
+struct GPT {
+    GPTConfig config;
+    std::vector<ParamTensor> table;
+    size_t num_params = 0;
+    float* params = nullptr;   // fp32 master weights
+    float* grads = nullptr;    // accumulated by gpt_backward, cleared by gpt_zero_grad
+    Weights w, g;              // typed views of params and grads
+    int B = 0, T = 0;          // batch shape the activations are allocated for
+    float* act_memory = nullptr;
+    size_t num_act_floats = 0;
+    Acts acts;
+    std::vector<float> rope_cos, rope_sin;  // (T, D/2)
+    float mean_loss = 0.0f;
+};
+
+static void gpt_build(GPT* model, const GPTConfig& config) {
+    validate_config(config);
+    model->config = config;
+    model->table = param_table(config);
+    model->num_params = model->table.back().offset + model->table.back().numel;
+    model->params = (float*)malloc_or_fail(model->num_params * sizeof(float), "parameters");
+    model->grads = (float*)calloc(model->num_params, sizeof(float));
+    if (!model->grads) fail("out of memory allocating %zu gradients", model->num_params);
+    memset(model->params, 0, model->num_params * sizeof(float));
+    point_weights(&model->w, model->params, config, model->table);
+    point_weights(&model->g, model->grads, config, model->table);
+}
+
+static void gpt_free(GPT* model) {
+    free(model->params);
+    free(model->grads);
+    free(model->act_memory);
+    *model = GPT();
+}
+
+// nanochat's initialisation (spec 1.6) with our own seeded RNG, in nanochat's draw order.
+static void gpt_init_weights(GPT* model, uint64_t seed) {
+    const GPTConfig& c = model->config;
+    Rng rng{seed};
+    Weights& w = model->w;
+    const int C = c.n_embd, L = c.n_layer, Vp = c.padded_vocab;
+    const size_t qd = (size_t)c.n_head * c.head_dim, kvd = (size_t)c.n_kv_head * c.head_dim;
+    const float s = sqrtf(3.0f) / sqrtf((float)C);  // uniform bound with the std of N(0, 1/C)
+    fill_normal(w.wte, (size_t)Vp * C, 0.8f, &rng);
+    fill_normal(w.lm_head, (size_t)Vp * C, 0.001f, &rng);
+    for (int l = 0; l < L; l++) {
+        LayerWeights& lw = w.h[l];
+        fill_uniform(lw.c_q, qd * C, -s, s, &rng);
+        fill_uniform(lw.c_k, kvd * C, -s, s, &rng);
+        fill_uniform(lw.c_v, kvd * C, -s, s, &rng);
+        fill_uniform(lw.c_fc, (size_t)4 * C * C, -0.4f * s, 0.4f * s, &rng);
+        memset(lw.c_proj, 0, (size_t)C * qd * sizeof(float));
+        memset(lw.mlp_proj, 0, (size_t)C * 4 * C * sizeof(float));
+    }
+    for (int l = 0; l < L; l++) {
+        float frac = (float)l / (float)(L > 1 ? L - 1 : 1);
+        w.resid_lambdas[l] = 1.15f - 0.10f * frac;
+        w.x0_lambdas[l] = 0.20f - 0.15f * frac;
+    }
+    if (c.smear) {
+        fill_uniform(w.smear_gate, SMEAR_CHANNELS, 0.0f, 0.02f, &rng);
+        w.smear_lambda[0] = 0.0f;
+    }
+    w.backout_lambda[0] = 0.2f;
+    for (int l = 0; l < L; l++)
+        if (w.h[l].value_embed) fill_uniform(w.h[l].value_embed, (size_t)Vp * kvd, -s, s, &rng);
+    for (int l = 0; l < L; l++)
+        if (w.h[l].ve_gate) fill_uniform(w.h[l].ve_gate, (size_t)c.n_kv_head * VE_GATE_CHANNELS, 0.0f, 0.02f, &rng);
+}
+
+// Copies every parameter from a safetensors file with nanochat's names; shapes must match exactly.
+static void gpt_load_weights(GPT* model, const SafetensorsFile& file) {
+    for (const ParamTensor& t : model->table) {
+        const SafeTensor* st = file.find(t.name);
+        if (!st) fail("'%s' has no tensor '%s' (needed by this model configuration)", file.path.c_str(), t.name.c_str());
+        if (st->shape != t.shape) {
+            std::string want, got;
+            for (int64_t d : t.shape) want += std::to_string(d) + " ";
+            for (int64_t d : st->shape) got += std::to_string(d) + " ";
+            fail("'%s': tensor '%s' has shape [ %s], the model expects [ %s]", file.path.c_str(), t.name.c_str(), got.c_str(), want.c_str());
+        }
+        memcpy(model->params + t.offset, file.get_f32(t.name, t.numel), t.numel * sizeof(float));
+    }
+}
+
+// Writes every parameter under its nanochat name, with the configuration as metadata.
+static void gpt_save_weights(const GPT* model, const std::string& path) {
+    std::vector<SafeTensorOut> tensors;
+    for (const ParamTensor& t : model->table) tensors.push_back({t.name, "F32", t.shape, model->params + t.offset});
+    safetensors_write(path, config_to_metadata(model->config), tensors);
+}
+
+static void gpt_zero_grad(GPT* model) { memset(model->grads, 0, model->num_params * sizeof(float)); }
+
+static void gpt_ensure_acts(GPT* model, int B, int T) {
+    if (model->act_memory && model->B == B && model->T == T) return;
+    const GPTConfig& c = model->config;
+    if (T > c.seq_len) fail("sequence of %d tokens is longer than --seq-len %d", T, c.seq_len);
+    free(model->act_memory);
+    Carver count{nullptr, 0};
+    carve_acts(&model->acts, &count, c, B, T);
+    model->num_act_floats = count.used;
+    model->act_memory = (float*)malloc_or_fail(count.used * sizeof(float), "activations");
+    Carver assign{model->act_memory, 0};
+    carve_acts(&model->acts, &assign, c, B, T);
+    model->B = B;
+    model->T = T;
+    model->rope_cos.resize((size_t)T * c.head_dim / 2);
+    model->rope_sin.resize((size_t)T * c.head_dim / 2);
+    rotary_tables(model->rope_cos.data(), model->rope_sin.data(), T, c.head_dim);
+}
+
+// Runs the model on idx (B, T); with targets, also the loss (returned, and kept in model->mean_loss).
+// Leaves every activation the backward needs, and the softcapped logits in acts.logits (B*T, V).
+static float gpt_forward(GPT* model, const int* idx, const int* targets, int B, int T) {
+    const GPTConfig& c = model->config;
+    gpt_ensure_acts(model, B, T);
+    Acts& a = model->acts;
+    const Weights& w = model->w;
+    const size_t N = (size_t)B * T;
+    const int C = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim, V = c.vocab_size;
+    const int qd = H * D, kvd = Hkv * D;
+    for (size_t n = 0; n < N; n++) {
+        if (idx[n] < 0 || idx[n] >= V) fail("input token id %d at position %zu is outside the vocabulary [0, %d)", idx[n], n, V);
+        if (targets && (targets[n] < 0 || targets[n] >= V))
+            fail("target token id %d at position %zu is outside the vocabulary [0, %d)", targets[n], n, V);
+    }
+    memcpy(a.idx, idx, N * sizeof(int));
+    if (targets) memcpy(a.targets, targets, N * sizeof(int));
+
+    // embedding, norm, smear
+    embedding_forward_cpu(a.emb_norm, idx, w.wte, N, C);
+    rmsnorm_forward_cpu(a.emb_norm, a.emb_rstd, a.emb_norm, N, C, 1.0f);
+    if (c.smear) smear_forward_cpu(a.x0, a.smear_logit, a.emb_norm, w.smear_gate, w.smear_lambda[0], B, T, C);
+
+    const float* x = a.x0;
+    for (int l = 0; l < c.n_layer; l++) {
+        const LayerWeights& lw = w.h[l];
+        LayerActs& la = a.layer[l];
+        lambda_mix_forward_cpu(la.x_mix, x, a.x0, w.resid_lambdas[l], w.x0_lambdas[l], N * C);
+        // attention branch
+        rmsnorm_forward_cpu(la.h, la.rstd1, la.x_mix, N, C, 1.0f);
+        matmul_forward_cpu(la.q, la.h, lw.c_q, N, C, qd);
+        matmul_forward_cpu(la.k, la.h, lw.c_k, N, C, kvd);
+        matmul_forward_cpu(la.v, la.h, lw.c_v, N, C, kvd);
+        if (layer_has_ve(c, l)) {
+            embedding_forward_cpu(a.ve_rows, idx, lw.value_embed, N, kvd);
+            value_embed_forward_cpu(la.v, la.ve_gate, la.h, lw.ve_gate, a.ve_rows, N, C, Hkv, D);
+        }
+        rotary_forward_cpu(la.q, model->rope_cos.data(), model->rope_sin.data(), B, T, H, D);
+        rotary_forward_cpu(la.k, model->rope_cos.data(), model->rope_sin.data(), B, T, Hkv, D);
+        rmsnorm_forward_cpu(la.q, la.q_rstd, la.q, N * H, D, QK_SCALE);
+        rmsnorm_forward_cpu(la.k, la.k_rstd, la.k, N * Hkv, D, QK_SCALE);
+        attention_forward_cpu(la.y, la.lse, la.q, la.k, la.v, B, T, H, Hkv, D, layer_window(c, l));
+        if (layer_has_xsa(c, l)) xsa_forward_cpu(la.z, la.y, la.v, N, H, Hkv, D, c.xsa_alpha);
+        matmul_forward_cpu(la.x_attn, la.z, lw.c_proj, N, qd, C);
+        add_inplace_cpu(la.x_attn, la.x_mix, N * C);
+        // MLP branch
+        rmsnorm_forward_cpu(la.h2, la.rstd2, la.x_attn, N, C, 1.0f);
+        matmul_forward_cpu(la.fc, la.h2, lw.c_fc, N, C, 4 * C);
+        relu2_forward_cpu(la.act, la.fc, N * 4 * C);
+        matmul_forward_cpu(la.x_out, la.act, lw.mlp_proj, N, 4 * C, C);
+        add_inplace_cpu(la.x_out, la.x_attn, N * C);
+        x = la.x_out;
+    }
+
+    // backout, final norm, lm_head (only the first V rows: padded rows never reach a logit), softcap, loss
+    lambda_mix_forward_cpu(a.x_backout, x, a.layer[c.n_layer / 2].x_out, 1.0f, -w.backout_lambda[0], N * C);
+    rmsnorm_forward_cpu(a.x_final, a.rstd_f, a.x_backout, N, C, 1.0f);
+    matmul_forward_cpu(a.logits, a.x_final, w.lm_head, N, C, V);
+    if (!targets) {
+#pragma omp parallel for schedule(static)
+        for (long i = 0; i < (long)(N * V); i++) a.logits[i] = SOFTCAP * tanhf(a.logits[i] / SOFTCAP);
+        model->mean_loss = NAN;
+        return NAN;
+    }
+    softcap_crossentropy_forward_cpu(a.losses, a.logits, targets, N, V, SOFTCAP);
+    double sum = 0.0;
+    for (size_t n = 0; n < N; n++) sum += a.losses[n];
+    model->mean_loss = (float)(sum / (double)N);
+    return model->mean_loss;
+}
+
+// Accumulates into model->grads the gradient of grad_scale * (mean loss of the last forward). Use
+// grad_scale = 1 / accumulation_steps to average micro-batches. Consumes acts.logits.
+static void gpt_backward(GPT* model, float grad_scale) {
+    const GPTConfig& c = model->config;
+    Acts& a = model->acts;
+    const Weights& w = model->w;
+    Weights& g = model->g;
+    const int B = model->B, T = model->T;
+    const size_t N = (size_t)B * T;
+    const int C = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim, V = c.vocab_size;
+    const int qd = H * D, kvd = Hkv * D;
+    const int backout_layer = c.n_layer / 2;
+
+    // loss -> logits -> final norm -> backout
+    softcap_crossentropy_backward_cpu(a.logits, a.targets, N, V, SOFTCAP, grad_scale / (float)N);
+    memset(a.d_h, 0, N * C * sizeof(float));
+    matmul_backward_cpu(a.d_h, g.lm_head, a.logits, a.x_final, w.lm_head, N, C, V);
+    memset(a.d_backout, 0, N * C * sizeof(float));
+    rmsnorm_backward_cpu(a.d_backout, a.d_h, a.x_final, a.rstd_f, N, C, 1.0f);
+    g.backout_lambda[0] -= (float)dot_deterministic(a.d_backout, a.layer[backout_layer].x_out, N * C);
+    memcpy(a.d_res, a.d_backout, N * C * sizeof(float));
+    memset(a.d_x0, 0, N * C * sizeof(float));
+
+    for (int l = c.n_layer - 1; l >= 0; l--) {
+        const LayerWeights& lw = w.h[l];
+        LayerWeights& lg = g.h[l];
+        LayerActs& la = a.layer[l];
+        // d_res holds dL/d(x_out of layer l); the backout also read this layer's output
+        if (l == backout_layer) axpy_cpu(a.d_res, -w.backout_lambda[0], a.d_backout, N * C);
+
+        // MLP branch: x_out = x_attn + relu(h2 Wfc^T)^2 Wmlp^T
+        memset(a.d_fc, 0, N * 4 * C * sizeof(float));
+        matmul_backward_cpu(a.d_fc, lg.mlp_proj, a.d_res, la.act, lw.mlp_proj, N, 4 * C, C);
+        relu2_backward_cpu(a.d_fc, a.d_fc, la.fc, N * 4 * C);
+        memset(a.d_h, 0, N * C * sizeof(float));
+        matmul_backward_cpu(a.d_h, lg.c_fc, a.d_fc, la.h2, lw.c_fc, N, C, 4 * C);
+        rmsnorm_backward_cpu(a.d_res, a.d_h, la.h2, la.rstd2, N, C, 1.0f);  // d_res: dL/dx_attn
+
+        // attention branch: x_attn = x_mix + z Wproj^T
+        memset(a.d_y, 0, N * qd * sizeof(float));
+        matmul_backward_cpu(a.d_y, lg.c_proj, a.d_res, la.z, lw.c_proj, N, qd, C);  // d_y holds dL/dz
+        memset(a.d_v, 0, N * kvd * sizeof(float));
+        if (layer_has_xsa(c, l)) xsa_backward_cpu(a.d_y, a.d_v, a.d_y, la.y, la.v, N, H, Hkv, D, c.xsa_alpha);
+        memset(a.d_q, 0, N * qd * sizeof(float));
+        memset(a.d_k, 0, N * kvd * sizeof(float));
+        attention_backward_cpu(a.d_q, a.d_k, a.d_v, a.d_y, la.q, la.k, la.v, la.y, la.lse, B, T, H, Hkv, D, layer_window(c, l));
+        memset(a.d_q_rot, 0, N * qd * sizeof(float));
+        memset(a.d_k_rot, 0, N * kvd * sizeof(float));
+        rmsnorm_backward_cpu(a.d_q_rot, a.d_q, la.q, la.q_rstd, N * H, D, QK_SCALE);
+        rmsnorm_backward_cpu(a.d_k_rot, a.d_k, la.k, la.k_rstd, N * Hkv, D, QK_SCALE);
+        rotary_backward_cpu(a.d_q_rot, model->rope_cos.data(), model->rope_sin.data(), B, T, H, D);
+        rotary_backward_cpu(a.d_k_rot, model->rope_cos.data(), model->rope_sin.data(), B, T, Hkv, D);
+        memset(a.d_h, 0, N * C * sizeof(float));
+        if (layer_has_ve(c, l)) {
+            embedding_forward_cpu(a.ve_rows, a.idx, lw.value_embed, N, kvd);
+            value_embed_backward_cpu(a.d_ve, a.d_h, lg.ve_gate, a.d_v, la.ve_gate, la.h, lw.ve_gate, a.ve_rows, N, C, Hkv, D);
+            embedding_backward_cpu(lg.value_embed, a.idx, a.d_ve, N, kvd);
+        }
+        matmul_backward_cpu(a.d_h, lg.c_q, a.d_q_rot, la.h, lw.c_q, N, C, qd);
+        matmul_backward_cpu(a.d_h, lg.c_k, a.d_k_rot, la.h, lw.c_k, N, C, kvd);
+        matmul_backward_cpu(a.d_h, lg.c_v, a.d_v, la.h, lw.c_v, N, C, kvd);
+        rmsnorm_backward_cpu(a.d_res, a.d_h, la.h, la.rstd1, N, C, 1.0f);  // d_res: dL/dx_mix
+
+        // x_mix = resid_lambda * x_in + x0_lambda * x0; afterwards d_res: dL/dx_in
+        const float* x_in = l == 0 ? a.x0 : a.layer[l - 1].x_out;
+        lambda_mix_backward_cpu(a.d_res, a.d_x0, &g.resid_lambdas[l], &g.x0_lambdas[l], x_in, a.x0,
+                                w.resid_lambdas[l], w.x0_lambdas[l], N * C);
+    }
+    add_inplace_cpu(a.d_x0, a.d_res, N * C);  // layer 0 reads x0 as its input too
+
+    // smear, embedding norm, wte
+    float* d_emb_norm = a.d_x0;
+    if (c.smear) {
+        memset(a.d_res, 0, N * C * sizeof(float));
+        smear_backward_cpu(a.d_res, g.smear_gate, g.smear_lambda, a.d_x0, a.emb_norm, a.smear_logit, w.smear_gate,
+                           w.smear_lambda[0], B, T, C);
+        d_emb_norm = a.d_res;
+    }
+    memset(a.d_h, 0, N * C * sizeof(float));
+    rmsnorm_backward_cpu(a.d_h, d_emb_norm, a.emb_norm, a.emb_rstd, N, C, 1.0f);
+    embedding_backward_cpu(g.wte, a.idx, a.d_h, N, C);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// Parameter counts and FLOPs, with nanochat's conventions (spec 1.8)
+
+struct ParamCounts {
+    size_t wte, value_embeds, lm_head, transformer_matrices, scalars, total;
+    size_t scaling;  // transformer_matrices + lm_head: what the training horizon is computed from
+    size_t matmul;   // weights of every linear layer: transformer_matrices + lm_head + smear_gate
+};
+
+static ParamCounts count_params(const GPTConfig& config) {
+    ParamCounts pc{};
+    for (const ParamTensor& t : param_table(config)) {
+        if (t.name == "transformer.wte.weight") pc.wte += t.numel;
+        else if (t.name == "lm_head.weight") pc.lm_head += t.numel;
+        else if (t.name.rfind("value_embeds.", 0) == 0) pc.value_embeds += t.numel;
+        else if (t.name.rfind("transformer.h.", 0) == 0) pc.transformer_matrices += t.numel;
+        else pc.scalars += t.numel;
+        pc.total += t.numel;
+    }
+    pc.scaling = pc.transformer_matrices + pc.lm_head;
+    pc.matmul = pc.scaling + (config.smear ? SMEAR_CHANNELS : 0);
+    return pc;
+}
+
+// Training FLOPs per token: 6 * matmul params + 12 * H * D * min(window, T) per layer (causality not halved)
+static double flops_per_token(const GPTConfig& c) {
+    double attention = 0.0;
+    for (int l = 0; l < c.n_layer; l++) {
+        int window = layer_window(c, l) < c.seq_len ? layer_window(c, l) : c.seq_len;
+        attention += 12.0 * c.n_head * c.head_dim * window;
+    }
+    return 6.0 * (double)count_params(c).matmul + attention;
+}
+
+#ifndef TESTING
+// ----------------------------------------------------------------------------------------------------
+// Command line
+
+static void print_usage() {
+    printf(
+        "usage: train_gpt [options]\n"
+        "\n"
+        "Model\n"
+        "  -d, --depth N          layers; presets: 12 = 768 dim / 12 heads, 24 = 1024 dim / 16 heads,\n"
+        "                         other depths: dim = 64*N rounded up to a multiple of head_dim (default 12)\n"
+        "  --dim N                residual width (overrides the preset)\n"
+        "  --heads N              query heads (default dim / head_dim)\n"
+        "  --kv-heads N           key/value heads, GQA when < heads (default heads)\n"
+        "  --head-dim N           channels per head (default 64; 128 gives nanochat's own shapes)\n"
+        "  -t, --seq-len N        sequence length T (default 2048)\n"
+        "  --window-pattern S     per-layer windows, tiled: S short, L long; last layer always L (default SSSL)\n"
+        "  --short-window N       keys before the query in S layers (default ceil(T/4/128)*128)\n"
+        "  --vocab N              vocabulary size (default 32768)\n"
+        "  --value-embeds 0|1     value embeddings on alternating layers (default 1)\n"
+        "  --smear 0|1            smear the previous token's embedding (default 1)\n"
+        "XSA\n"
+        "  -x, --xsa ALPHA        XSA strength in [0, 1] (default 0 = standard attention)\n"
+        "  --xsa-layers SPEC      all | none | comma list of L, A-B, last:K (default all)\n"
+        "Run (until the training loop lands, train_gpt checks the model: forward+backward on random tokens)\n"
+        "  -b, --batch N          rows per forward (default 4)\n"
+        "  -n, --steps N          forward+backward passes to time (default 3)\n"
+        "  --seed N               initialisation seed (default 42)\n"
+        "  --init-from FILE       load the weights from a safetensors file (nanochat names; its metadata\n"
+        "                         must describe the same model)\n"
+        "  --export-safetensors FILE  write the weights (after the passes) as safetensors\n"
+        "  -h, --help             this text\n");
+}
+
+struct Args {
+    GPTConfig config;
+    int batch = 4;
+    int steps = 3;
+    uint64_t seed = 42;
+    std::string init_from, export_path;
+};
+
+static long parse_int(const char* flag, const char* value) {
+    char* end = nullptr;
+    errno = 0;
+    long v = strtol(value, &end, 10);
+    if (end == value || *end != '\0' || errno != 0) fail("%s expects an integer, got '%s'", flag, value);
+    return v;
+}
+
+static float parse_float(const char* flag, const char* value) {
+    char* end = nullptr;
+    float v = strtof(value, &end);
+    if (end == value || *end != '\0' || !std::isfinite(v)) fail("%s expects a number, got '%s'", flag, value);
+    return v;
+}
+
+static bool parse_bool(const char* flag, const char* value) {
+    if (!strcmp(value, "1")) return true;
+    if (!strcmp(value, "0")) return false;
+    fail("%s expects 0 or 1, got '%s'", flag, value);
+}
+
+static Args parse_args(int argc, char** argv) {
+    Args args;
+    int depth = 12, dim = -1, heads = -1, kv_heads = -1, head_dim = -1, seq_len = 2048, short_window = -1, vocab = 32768;
+    std::string pattern = "SSSL", xsa_layers = "all";
+    bool value_embeds = true, smear = true;
+    float alpha = 0.0f;
+    for (int i = 1; i < argc; i++) {
+        std::string flag = argv[i];
+        if (flag == "-h" || flag == "--help") {
+            print_usage();
+            exit(0);
+        }
+        if (i + 1 >= argc) fail("option %s needs a value (see --help)", flag.c_str());
+        const char* value = argv[++i];
+        const char* f = flag.c_str();
+        if (flag == "-d" || flag == "--depth") depth = (int)parse_int(f, value);
+        else if (flag == "--dim") dim = (int)parse_int(f, value);
+        else if (flag == "--heads") heads = (int)parse_int(f, value);
+        else if (flag == "--kv-heads") kv_heads = (int)parse_int(f, value);
+        else if (flag == "--head-dim") head_dim = (int)parse_int(f, value);
+        else if (flag == "-t" || flag == "--seq-len") seq_len = (int)parse_int(f, value);
+        else if (flag == "--window-pattern") pattern = value;
+        else if (flag == "--short-window") short_window = (int)parse_int(f, value);
+        else if (flag == "--vocab") vocab = (int)parse_int(f, value);
+        else if (flag == "--value-embeds") value_embeds = parse_bool(f, value);
+        else if (flag == "--smear") smear = parse_bool(f, value);
+        else if (flag == "-x" || flag == "--xsa") alpha = parse_float(f, value);
+        else if (flag == "--xsa-layers") xsa_layers = value;
+        else if (flag == "-b" || flag == "--batch") args.batch = (int)parse_int(f, value);
+        else if (flag == "-n" || flag == "--steps") args.steps = (int)parse_int(f, value);
+        else if (flag == "--seed") args.seed = (uint64_t)parse_int(f, value);
+        else if (flag == "--init-from") args.init_from = value;
+        else if (flag == "--export-safetensors") args.export_path = value;
+        else fail("unknown option '%s' (see --help)", f);
+    }
+    if (depth < 1 || depth > 1024) fail("--depth must be in [1, 1024], got %d", depth);
+    if (args.batch < 1) fail("--batch must be >= 1, got %d", args.batch);
+    if (args.steps < 1) fail("--steps must be >= 1, got %d", args.steps);
+    for (int v : {dim, heads, kv_heads, head_dim})
+        if (v != -1 && v < 1) fail("--dim, --heads, --kv-heads and --head-dim must be positive");
+
+    // shapes: the study's presets, nanochat's aspect-ratio rule otherwise, then the explicit overrides
+    GPTConfig& c = args.config;
+    c.n_layer = depth;
+    int hd = head_dim > 0 ? head_dim : 64;
+    if (dim < 0) dim = (depth == 24 && hd == 64) ? 1024 : (64 * depth + hd - 1) / hd * hd;
+    if (heads < 0) {
+        if (dim % hd != 0) fail("--dim %d is not divisible by --head-dim %d", dim, hd);
+        heads = dim / hd;
+    } else if (head_dim < 0) {
+        if (dim % heads != 0) fail("--dim %d is not divisible by --heads %d", dim, heads);
+        hd = dim / heads;
+    }
+    c.n_embd = dim;
+    c.n_head = heads;
+    c.head_dim = hd;
+    c.n_kv_head = kv_heads > 0 ? kv_heads : heads;
+    c.seq_len = seq_len;
+    c.window_pattern = pattern;
+    c.short_window = short_window >= 0 ? short_window : default_short_window(seq_len);
+    c.vocab_size = vocab;
+    c.padded_vocab = padded_vocab_size(vocab);
+    c.value_embeds = value_embeds;
+    c.smear = smear;
+    c.xsa_alpha = alpha;
+    if (!(alpha >= 0.0f && alpha <= 1.0f)) fail("-x (XSA alpha) must be in [0, 1], got %g", alpha);
+    c.xsa_layer = parse_layer_spec(xsa_layers, depth);
+    // alpha = 0 is standard attention: skip the op rather than run it as a no-op
+    if (alpha == 0.0f) c.xsa_layer.assign(depth, false);
+    validate_config(c);
+    return args;
+}
+
+static void print_model(const GPT* model, int B) {
+    const GPTConfig& c = model->config;
+    ParamCounts pc = count_params(c);
+    printf("model: depth %d, dim %d, heads %d (kv %d) x %d, vocab %d (padded %d), T %d\n", c.n_layer, c.n_embd, c.n_head,
+           c.n_kv_head, c.head_dim, c.vocab_size, c.padded_vocab, c.seq_len);
+    std::string windows;
+    for (int l = 0; l < c.n_layer; l++) windows += (l ? "," : "") + std::to_string(layer_window(c, l));
+    printf("windows: %s | value embeddings %s | smear %s\n", windows.c_str(), c.value_embeds ? "on" : "off", c.smear ? "on" : "off");
+    printf("XSA: alpha %g on layers %s\n", c.xsa_alpha, layer_list(c.xsa_layer).c_str());
+    printf("parameters: wte %zu | value_embeds %zu | lm_head %zu | transformer matrices %zu | scalars %zu | total %zu\n",
+           pc.wte, pc.value_embeds, pc.lm_head, pc.transformer_matrices, pc.scalars, pc.total);
+    printf("scaling parameters (matrices + lm_head): %zu | FLOPs/token (6N + attention): %.4e\n", pc.scaling, flops_per_token(c));
+    printf("memory: parameters %.1f MiB, gradients %.1f MiB, activations for B=%d %.1f MiB\n",
+           model->num_params * 4.0 / (1 << 20), model->num_params * 4.0 / (1 << 20), B, model->num_act_floats * 4.0 / (1 << 20));
+}
+
+int main(int argc, char** argv) {
+    Args args = parse_args(argc, argv);
+    printf("backend: CPU (fp32, %d OpenMP threads)\n", num_threads());
+    GPT model;
+    gpt_build(&model, args.config);
+    gpt_init_weights(&model, args.seed);
+    if (!args.init_from.empty()) {
+        SafetensorsFile file = safetensors_read(args.init_from);
+        GPTConfig saved = config_from_metadata(file);
+        if (config_to_metadata(saved) != config_to_metadata(args.config))
+            fail("'%s' holds a different model configuration than the command line asks for (compare --help flags "
+                 "with its metadata)", args.init_from.c_str());
+        gpt_load_weights(&model, file);
+        printf("weights loaded from %s\n", args.init_from.c_str());
+    }
+    const int B = args.batch, T = args.config.seq_len;
+    gpt_ensure_acts(&model, B, T);
+    print_model(&model, B);
+
+    // no data loader yet (issue #4): random tokens exercise the full forward and backward
+    Rng rng{args.seed + 1};
+    std::vector<int> tokens((size_t)B * T + 1);
+    for (int& t : tokens) t = (int)(rng_next_u64(&rng) % (uint64_t)args.config.vocab_size);
+    double total_ms = 0.0;
+    for (int step = 0; step < args.steps; step++) {
+        double t0 = wall_ms();
+        gpt_zero_grad(&model);
+        float loss = gpt_forward(&model, tokens.data(), tokens.data() + 1, B, T);
+        gpt_backward(&model, 1.0f);
+        double ms = wall_ms() - t0;
+        if (!std::isfinite(loss)) fail("loss is %f at step %d", loss, step);
+        if (step > 0) total_ms += ms;  // the first pass pays for page faults; leave it out of the rate
+        printf("step %d/%d | loss %.6f | %.1f ms | %.0f tok/s\n", step + 1, args.steps, loss, ms, B * T / (ms / 1000.0));
+    }
+    if (args.steps > 1) printf("forward+backward: %.0f tok/s (mean of steps 2..%d)\n", B * T * (args.steps - 1) / (total_ms / 1000.0), args.steps);
+    if (!args.export_path.empty()) {
+        gpt_save_weights(&model, args.export_path);
+        printf("weights written to %s\n", args.export_path.c_str());
+    }
+    gpt_free(&model);
+    return 0;
+}
+#endif
