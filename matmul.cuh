@@ -7,11 +7,13 @@ PyTorch layout (N, K) = (out_features, in_features), so the forward pass is
 where M = B*T is the number of rows (tokens).
 
 CPU backend properties:
-- exact fp32: every product and sum is an fp32 FMA/add, no reduced-precision tricks
+- exact fp32: every product and sum is an fp32 FMA or add (mul + add in the portable fallback),
+  no reduced-precision tricks, no reliance on -ffast-math
 - deterministic: each output element is summed in a fixed order that depends only on K,
   never on the number of OpenMP threads (threads split the output, never the K reduction),
   so results are bit-identical for any thread count and between runs
 - no alignment requirements on any pointer, and arbitrary row strides in gemm_cpu
+- fast: 380-450 GFLOP/s on 2 Zen 5 cores with AVX-512, 70-85% of FMA peak (dev/cpu/bench_matmul.cpp)
 */
 #pragma once
 
@@ -32,7 +34,7 @@ CPU backend properties:
 //   for jc over N in steps of GEMM_NC:            B panel (kc, nc) lives in L3
 //     for pc over K in steps of GEMM_KC:          pack B[pc:pc+kc, jc:jc+nc] (shared by all threads)
 //       for ic over M in blocks of mc (parallel): pack A[ic:ic+mc, pc:pc+kc] (one per thread), lives in L2
-//         for jr over nc in steps of NR:          B micro-panel (kc, NR) lives in L1
+//         for jr over nc in steps of NR:          B micro-panel (kc, NR) stays in L2 next to the A block
 //           for ir over mc in steps of MR:        micro-kernel: C tile (MR, NR) += Ap (MR, kc) @ Bp (kc, NR)
 // The micro-kernel keeps the whole (MR, NR) C tile in vector registers for the full kc loop,
 // so each k step is NR/VLEN vector loads of B, MR broadcasts of A, and MR*NR/VLEN FMAs.
@@ -41,13 +43,14 @@ CPU backend properties:
 // and GEMM_KC, which is why the thread count (and the mc/nc tiling) never changes the result.
 
 #if defined(__AVX512F__)
-// 32 zmm registers: 12x2 = 24 accumulators + 2 B vectors + 1 broadcast, leaving spares.
+// 32 zmm registers: 6x4 = 24 accumulators + 4 B vectors + 1 broadcast, leaving spares.
 // 24 independent FMA chains cover the 4-cycle FMA latency on 2 FMA pipes (needs >= 8), and
-// per k step there are 14 loads for 24 FMAs, so the loads never limit the FMA throughput.
+// per k step there are 10 loads for 24 FMAs, so loads never limit the FMA throughput, even from L2.
+// (12x2 has the same register budget; 6x4 measured a few % faster on Zen 5.)
 typedef __m512 gemm_vec;
 static constexpr int GEMM_VLEN = 16;
-static constexpr int GEMM_MR = 12;
-static constexpr int GEMM_NV = 2; // vectors per micro-tile row
+static constexpr int GEMM_MR = 6;
+static constexpr int GEMM_NV = 4; // vectors per micro-tile row
 static inline gemm_vec gemm_vzero() { return _mm512_setzero_ps(); }
 static inline gemm_vec gemm_vload(const float* p) { return _mm512_loadu_ps(p); }
 static inline void gemm_vstore(float* p, gemm_vec v) { _mm512_storeu_ps(p, v); }
@@ -59,7 +62,7 @@ static inline gemm_vec gemm_vfma(gemm_vec a, gemm_vec b, gemm_vec c) { return _m
 typedef __m256 gemm_vec;
 static constexpr int GEMM_VLEN = 8;
 static constexpr int GEMM_MR = 6;
-static constexpr int GEMM_NV = 2;
+static constexpr int GEMM_NV = 2; // vectors per micro-tile row
 static inline gemm_vec gemm_vzero() { return _mm256_setzero_ps(); }
 static inline gemm_vec gemm_vload(const float* p) { return _mm256_loadu_ps(p); }
 static inline void gemm_vstore(float* p, gemm_vec v) { _mm256_storeu_ps(p, v); }
@@ -73,7 +76,7 @@ static inline gemm_vec gemm_vfma(gemm_vec a, gemm_vec b, gemm_vec c) { return _m
 typedef float gemm_vec __attribute__((vector_size(16)));
 static constexpr int GEMM_VLEN = 4;
 static constexpr int GEMM_MR = 6;
-static constexpr int GEMM_NV = 2;
+static constexpr int GEMM_NV = 2; // vectors per micro-tile row
 static inline gemm_vec gemm_vzero() { return gemm_vec{}; }
 static inline gemm_vec gemm_vload(const float* p) { gemm_vec v; __builtin_memcpy(&v, p, sizeof(v)); return v; }
 static inline void gemm_vstore(float* p, gemm_vec v) { __builtin_memcpy(p, &v, sizeof(v)); }
@@ -83,15 +86,15 @@ static inline gemm_vec gemm_vfma(gemm_vec a, gemm_vec b, gemm_vec c) { return a 
 #endif
 
 static constexpr int GEMM_NR = GEMM_NV * GEMM_VLEN;
-// KC: the B micro-panel (KC, NR) is 32 KiB with AVX-512, it stays in the 48 KiB L1 while the
-// A micro-panels stream past it. KC is also the length of each FMA chain before it is added
-// into C, which keeps fp32 rounding error growth at ~sqrt(KC) rather than ~sqrt(K).
-// KC is part of the summation order, so it must never depend on the thread count.
-static constexpr int GEMM_KC = 256;
-// MC: the packed A block (MC, KC) must fit in L2 (>= 512 KiB per core on current x86) with room
-// for the B micro-panel and C; 384 x 256 x 4 B = 384 KiB. The actual mc is chosen per call.
+// KC: long enough that packing and the C load/store per micro-tile are amortised over many FMAs
+// (384 divides 768 and 3072, common model widths); the A block (MC, KC) = 576 KiB plus the B
+// micro-panel (KC, NR) = 96 KiB (AVX-512) fit the 1 MiB L2 of Zen 4/5. KC is also the length of each
+// FMA chain before it is added into C, which keeps fp32 rounding error growth at ~sqrt(KC) instead
+// of ~sqrt(K). KC is part of the summation order, so it must never depend on the thread count.
+static constexpr int GEMM_KC = 384;
+// MC: upper bound on the rows of the packed A block (see KC); the actual mc is chosen per call.
 static constexpr int GEMM_MC_MAX = 384;
-// NC: the packed B panel (KC, NC) = 4 MiB is shared by all threads and stays in L3.
+// NC: the packed B panel (KC, NC) = 6 MiB is shared by all threads and stays in L3.
 static constexpr int GEMM_NC = 4096;
 
 // Micro-kernel: C tile (mr, nr) (+)= Ap @ Bp, with Ap (kc, MR) and Bp (kc, NR) packed and
@@ -134,27 +137,29 @@ static inline void gemm_micro_kernel(float* C, int ldc, const float* Ap, const f
     }
 }
 
-// Pack a block of X (rows, cols) into micro-panels of `width` rows each: panel r holds
-// X[r*width : r*width+width, 0:cols] stored column by column, i.e. (cols, width), zero-padded.
-// X element (i, p) is at X[i * rs + p * cs], which covers both X and X^T of a row-major matrix.
-// Packs A blocks (width = MR, rows = mc, cols = kc) and, via B^T, B micro-panels (width = NR).
-static inline void gemm_pack_panel(float* dst, const float* X, size_t rs, size_t cs,
-                                   int rows, int cols, int width) {
-    if (cs == 1) {
-        // rows of X are contiguous: read along rows, scatter into the panel (it is in L1/L2)
-        for (int i = 0; i < width; i++) {
-            if (i < rows) {
-                const float* x = X + i * rs;
-                for (int p = 0; p < cols; p++) { dst[p * width + i] = x[p]; }
-            } else {
-                for (int p = 0; p < cols; p++) { dst[p * width + i] = 0.0f; }
+// Pack X (rows, cols) into ceil(rows / width) micro-panels, panel r holding X[r*width : r*width+width, :]
+// transposed to (cols, width) and zero-padded to width rows: the order the micro-kernel reads them.
+// X element (i, p) is at X[i * rs + p * cs], which covers both a row-major matrix and its transpose.
+// Packs A blocks (width = MR) and, via B^T, B panels (width = NR).
+static inline void gemm_pack(float* dst, const float* X, size_t rs, size_t cs, int rows, int cols, int width) {
+    for (int r = 0; r < rows; r += width, dst += (size_t)cols * width) {
+        int nrows = rows - r < width ? rows - r : width;
+        const float* x = X + r * rs;
+        if (cs == 1) {
+            // rows of X are contiguous: copy 16 columns (one cache line) of each row at a time, so each
+            // line is used up while it is in L1. Walking all rows in lockstep one column at a time
+            // would thrash L1 when the row stride is a power of 2 (the rows all map to the same set).
+            for (int p0 = 0; p0 < cols; p0 += 16) {
+                int p1 = p0 + 16 < cols ? p0 + 16 : cols;
+                for (int i = 0; i < width; i++) {
+                    for (int p = p0; p < p1; p++) { dst[p * width + i] = i < nrows ? x[i * rs + p] : 0.0f; }
+                }
             }
-        }
-    } else {
-        // columns of X are contiguous (rs == 1 for a transposed operand): plain copies
-        for (int p = 0; p < cols; p++) {
-            const float* x = X + p * cs;
-            for (int i = 0; i < width; i++) { dst[p * width + i] = i < rows ? x[i * rs] : 0.0f; }
+        } else {
+            // columns of X are contiguous (X is stored transposed): copy width floats per column
+            for (int p = 0; p < cols; p++) {
+                for (int i = 0; i < width; i++) { dst[p * width + i] = i < nrows ? x[i * rs + p * cs] : 0.0f; }
+            }
         }
     }
 }
@@ -207,8 +212,10 @@ static inline void gemm_cpu(float* C, const float* A, const float* B, int M, int
 
     int nthreads = 1;
 #ifdef _OPENMP
-    // a parallel region costs a few microseconds: not worth it for tiny products
-    if ((double)M * N * K >= 1e6) { nthreads = omp_get_max_threads(); }
+    // a parallel region costs a few microseconds: not worth it for tiny products; and a caller
+    // that is already inside a parallel region (e.g. one GEMM per attention head) has the
+    // cores busy, so its GEMMs run on the calling thread
+    if ((double)M * N * K >= 1e6 && !omp_in_parallel()) { nthreads = omp_get_max_threads(); }
 #endif
     // mc: split M into a multiple of nthreads blocks of about equal size (whole MR tiles),
     // each at most GEMM_MC_MAX rows, so that the static schedule balances the threads
@@ -238,14 +245,16 @@ static inline void gemm_cpu(float* C, const float* A, const float* B, int M, int
             for (int pc = 0; pc < K; pc += GEMM_KC) {
                 int kc = K - pc < GEMM_KC ? K - pc : GEMM_KC;
                 bool acc = accumulate || pc > 0;
-                // pack B[pc:pc+kc, jc:jc+nc] as npanels micro-panels (kc, NR); the implicit
-                // barrier at the end of the loop makes the packed panel visible to all threads
+                // pack B[pc:pc+kc, jc:jc+nc] as npanels micro-panels (kc, NR), each thread a contiguous
+                // range of panels; the implicit barrier at the end of the loop makes all of Bp visible
                 #pragma omp for schedule(static)
-                for (int jp = 0; jp < npanels; jp++) {
-                    int j = jc + jp * GEMM_NR;
-                    int nr = N - j < GEMM_NR ? N - j : GEMM_NR;
-                    gemm_pack_panel(Bp + (size_t)jp * GEMM_NR * kc, B + j * bt_rs + pc * bt_cs,
-                                    bt_rs, bt_cs, nr, kc, GEMM_NR);
+                for (int t = 0; t < nthreads; t++) {
+                    int jp0 = npanels * t / nthreads, jp1 = npanels * (t + 1) / nthreads;
+                    int j0 = jc + jp0 * GEMM_NR, j1 = jc + jp1 * GEMM_NR < N ? jc + jp1 * GEMM_NR : N;
+                    if (j1 > j0) {
+                        gemm_pack(Bp + (size_t)jp0 * GEMM_NR * kc, B + j0 * bt_rs + pc * bt_cs, bt_rs, bt_cs,
+                                  j1 - j0, kc, GEMM_NR);
+                    }
                 }
                 // each thread computes whole (mc, nc) blocks of C; the implicit barrier at the
                 // end keeps Bp alive until every thread is done with it
@@ -253,15 +262,12 @@ static inline void gemm_cpu(float* C, const float* A, const float* B, int M, int
                 for (int ib = 0; ib < mblocks; ib++) {
                     int ic = ib * mc;
                     int mcb = M - ic < mc ? M - ic : mc;
+                    gemm_pack(Ap, A + ic * a_rs + pc * a_cs, a_rs, a_cs, mcb, kc, GEMM_MR);
                     for (int jp = 0; jp < npanels; jp++) {
                         int j = jc + jp * GEMM_NR;
                         int nr = N - j < GEMM_NR ? N - j : GEMM_NR;
                         for (int ir = 0; ir < mcb; ir += GEMM_MR) {
                             int mr = mcb - ir < GEMM_MR ? mcb - ir : GEMM_MR;
-                            if (jp == 0) {
-                                gemm_pack_panel(Ap + (size_t)ir * kc, A + (ic + ir) * a_rs + pc * a_cs,
-                                                a_rs, a_cs, mr, kc, GEMM_MR);
-                            }
                             gemm_micro_kernel(C + (size_t)(ic + ir) * ldc + j, ldc, Ap + (size_t)ir * kc,
                                               Bp + (size_t)jp * GEMM_NR * kc, kc, mr, nr, acc);
                         }

@@ -41,13 +41,15 @@ static double rel_l2(const A* a, const Bt* b, size_t n) {
 static const char* REFERENCE_DIR = "dev/reference/data";
 static const int MIN_REFERENCE_FILES = 7;
 
+// the model reference files: every dev/reference/data/*.safetensors except the optimizer trajectories
 static std::vector<std::string> reference_files() {
     std::vector<std::string> files;
     DIR* dir = opendir(REFERENCE_DIR);
     if (dir) {
         while (dirent* e = readdir(dir)) {
             std::string name = e->d_name;
-            if (name.size() > 12 && name.substr(name.size() - 12) == ".safetensors") files.push_back(std::string(REFERENCE_DIR) + "/" + name);
+            bool trajectory = name.rfind("optim_", 0) == 0;
+            if (!trajectory && name.size() > 12 && name.substr(name.size() - 12) == ".safetensors") files.push_back(std::string(REFERENCE_DIR) + "/" + name);
         }
         closedir(dir);
     }
@@ -354,7 +356,20 @@ static void test_init_and_roundtrip() {
     gpt_free(&loaded);
 }
 
+// the study's presets: -d 12 = 768 dim / 12 heads, -d 24 = 1024 dim / 16 heads (head_dim 64)
+static void test_cli_preset(const char* args, const char* expect) {
+    std::string cmd = std::string("./train_gpt_cpu ") + args + " -n 0 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[512];
+    while (p && fgets(buf, sizeof buf, p)) out += buf;
+    int status = p ? pclose(p) : -1;
+    bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0 && out.find(expect) != std::string::npos;
+    check(ok, "train_gpt %s -n 0 prints '%s'", args, expect);
+}
+
 int main() {
+    setvbuf(stdout, nullptr, _IOLBF, 0);  // keep PASS/FAIL lines in order with any error message on stderr
     std::vector<std::string> files = reference_files();
     check((int)files.size() >= MIN_REFERENCE_FILES, "found %zu reference files in %s (need >= %d; regenerate with dev/reference/make_refs.py)",
           files.size(), REFERENCE_DIR, MIN_REFERENCE_FILES);
@@ -375,6 +390,11 @@ int main() {
 
     test_init_and_roundtrip();
     test_layer_spec();
+    test_cli_preset("-d 12", "depth 12, dim 768, heads 12 (kv 12) x 64");
+    test_cli_preset("-d 24", "depth 24, dim 1024, heads 16 (kv 16) x 64");
+    test_cli_preset("-d 24 --head-dim 128", "depth 24, dim 1536, heads 12 (kv 12) x 128");
+    test_cli_preset("-d 6", "depth 6, dim 384, heads 6 (kv 6) x 64");
+    test_cli_preset("-d 12 -x 1 --xsa-layers last:3", "XSA: alpha 1 on layers 9,10,11");
     test_cli_rejects("--bogus 1", "unknown option");
     test_cli_rejects("-x 1.5", "alpha");
     test_cli_rejects("-x -0.1", "alpha");

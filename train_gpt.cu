@@ -702,7 +702,7 @@ static void print_usage() {
         "  --xsa-layers SPEC      all | none | comma list of L, A-B, last:K (default all)\n"
         "Run (until the training loop lands, train_gpt checks the model: forward+backward on random tokens)\n"
         "  -b, --batch N          rows per forward (default 4)\n"
-        "  -n, --steps N          forward+backward passes to time (default 3)\n"
+        "  -n, --steps N          forward+backward passes to time (default 3; 0 = print the model and exit)\n"
         "  --seed N               initialisation seed (default 42)\n"
         "  --init-from FILE       load the weights from a safetensors file (nanochat names; its metadata\n"
         "                         must describe the same model)\n"
@@ -776,7 +776,7 @@ static Args parse_args(int argc, char** argv) {
     }
     if (depth < 1 || depth > 1024) fail("--depth must be in [1, 1024], got %d", depth);
     if (args.batch < 1) fail("--batch must be >= 1, got %d", args.batch);
-    if (args.steps < 1) fail("--steps must be >= 1, got %d", args.steps);
+    if (args.steps < 0) fail("--steps must be >= 0, got %d", args.steps);
     for (int v : {dim, heads, kv_heads, head_dim})
         if (v != -1 && v < 1) fail("--dim, --heads, --kv-heads and --head-dim must be positive");
 
@@ -812,9 +812,13 @@ static Args parse_args(int argc, char** argv) {
     return args;
 }
 
-static void print_model(const GPT* model, int B) {
-    const GPTConfig& c = model->config;
+// The model summary, from the configuration alone (nothing is allocated yet, so -n 0 can show the size
+// of any model on any machine).
+static void print_model(const GPTConfig& c, int B) {
     ParamCounts pc = count_params(c);
+    Acts layout;
+    Carver count{nullptr, 0};
+    carve_acts(&layout, &count, c, B, c.seq_len);
     printf("model: depth %d, dim %d, heads %d (kv %d) x %d, vocab %d (padded %d), T %d\n", c.n_layer, c.n_embd, c.n_head,
            c.n_kv_head, c.head_dim, c.vocab_size, c.padded_vocab, c.seq_len);
     std::string windows;
@@ -824,13 +828,15 @@ static void print_model(const GPT* model, int B) {
     printf("parameters: wte %zu | value_embeds %zu | lm_head %zu | transformer matrices %zu | scalars %zu | total %zu\n",
            pc.wte, pc.value_embeds, pc.lm_head, pc.transformer_matrices, pc.scalars, pc.total);
     printf("scaling parameters (matrices + lm_head): %zu | FLOPs/token (6N + attention): %.4e\n", pc.scaling, flops_per_token(c));
-    printf("memory: parameters %.1f MiB, gradients %.1f MiB, activations for B=%d %.1f MiB\n",
-           model->num_params * 4.0 / (1 << 20), model->num_params * 4.0 / (1 << 20), B, model->num_act_floats * 4.0 / (1 << 20));
+    printf("memory: parameters %.1f MiB, gradients %.1f MiB, activations for B=%d %.1f MiB\n", pc.total * 4.0 / (1 << 20),
+           pc.total * 4.0 / (1 << 20), B, count.used * 4.0 / (1 << 20));
 }
 
 int main(int argc, char** argv) {
     Args args = parse_args(argc, argv);
     printf("backend: CPU (fp32, %d OpenMP threads)\n", num_threads());
+    print_model(args.config, args.batch);
+    if (args.steps == 0) return 0;
     GPT model;
     gpt_build(&model, args.config);
     gpt_init_weights(&model, args.seed);
@@ -845,13 +851,12 @@ int main(int argc, char** argv) {
     }
     const int B = args.batch, T = args.config.seq_len;
     gpt_ensure_acts(&model, B, T);
-    print_model(&model, B);
 
     // no data loader yet (issue #4): random tokens exercise the full forward and backward
     Rng rng{args.seed + 1};
     std::vector<int> tokens((size_t)B * T + 1);
     for (int& t : tokens) t = (int)(rng_next_u64(&rng) % (uint64_t)args.config.vocab_size);
-    double total_ms = 0.0;
+    std::vector<double> step_ms;
     for (int step = 0; step < args.steps; step++) {
         double t0 = wall_ms();
         gpt_zero_grad(&model);
@@ -859,10 +864,14 @@ int main(int argc, char** argv) {
         gpt_backward(&model, 1.0f);
         double ms = wall_ms() - t0;
         if (!std::isfinite(loss)) fail("loss is %f at step %d", loss, step);
-        if (step > 0) total_ms += ms;  // the first pass pays for page faults; leave it out of the rate
+        if (step > 0) step_ms.push_back(ms);  // the first pass pays for page faults; leave it out of the rate
         printf("step %d/%d | loss %.6f | %.1f ms | %.0f tok/s\n", step + 1, args.steps, loss, ms, B * T / (ms / 1000.0));
     }
-    if (args.steps > 1) printf("forward+backward: %.0f tok/s (mean of steps 2..%d)\n", B * T * (args.steps - 1) / (total_ms / 1000.0), args.steps);
+    if (!step_ms.empty()) {
+        std::sort(step_ms.begin(), step_ms.end());
+        double median = step_ms[step_ms.size() / 2];
+        printf("forward+backward: %.0f tok/s (median of steps 2..%d, %.1f ms)\n", B * T / (median / 1000.0), args.steps, median);
+    }
     if (!args.export_path.empty()) {
         gpt_save_weights(&model, args.export_path);
         printf("weights written to %s\n", args.export_path.c_str());

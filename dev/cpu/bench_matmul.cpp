@@ -8,7 +8,8 @@ g++ -O3 -march=native -fopenmp -std=c++17 -I. dev/cpu/bench_matmul.cpp -o /tmp/b
 1) correctness: forward, both backward gradients (+= semantics) and gemm_cpu with every
    transpose combination and padded strides, against a double-precision triple loop;
    relative error ||got - ref||_2 / ||ref||_2 must be <= 1e-6
-2) determinism: results with 1, 2 and 3 OpenMP threads must be bit-identical (memcmp)
+2) determinism: results with 1, 2 and 3 OpenMP threads must be bit-identical (memcmp),
+   and so must GEMMs called from inside a parallel region
 3) benchmark: GFLOP/s of forward and backward at M = 1024 with 2 threads
 Exits with 1 on any failure.
 */
@@ -135,6 +136,33 @@ static void test_gemm_strided(int M, int N, int K, bool transA, bool transB, boo
     check("C", C.data(), ref.data(), C.size());
 }
 
+// one GEMM per attention head, att[h] (T, T) = q_h (T, hs) @ k_h^T, reading q and k in place from a
+// fused qkv (T, 3*C) tensor (row stride 3*C): once from the main thread (the GEMMs use 2 threads),
+// once from inside a parallel loop over heads (each GEMM on its calling thread); bits must match
+static void test_gemm_nested() {
+    int T = 200, NH = 4, hs = 64, C = NH * hs;
+    printf("gemm per head, T=%d hs=%d, from inside a parallel region\n", T, hs);
+    omp_set_num_threads(2);
+    std::vector<float> qkv((size_t)T * 3 * C), att_outside((size_t)NH * T * T), att_inside((size_t)NH * T * T);
+    fill_random(qkv, 9);
+    for (int h = 0; h < NH; h++) {
+        gemm_cpu(att_outside.data() + (size_t)h * T * T, qkv.data() + h * hs, qkv.data() + C + h * hs,
+                 T, T, hs, 3 * C, 3 * C, T, false, true, false);
+    }
+    #pragma omp parallel for
+    for (int h = 0; h < NH; h++) {
+        gemm_cpu(att_inside.data() + (size_t)h * T * T, qkv.data() + h * hs, qkv.data() + C + h * hs,
+                 T, T, hs, 3 * C, 3 * C, T, false, true, false);
+    }
+    int h = NH - 1;
+    check("att, last head", att_outside.data() + (size_t)h * T * T,
+          gemm_ref(nullptr, qkv.data() + h * hs, qkv.data() + C + h * hs, T, T, hs, 3 * C, 3 * C, T, false, true).data(),
+          (size_t)T * T);
+    bool same = memcmp(att_outside.data(), att_inside.data(), att_inside.size() * sizeof(float)) == 0;
+    if (!same) { failures++; }
+    printf("  inside vs outside      %s\n", same ? "bit-identical" : "FAIL (differs)");
+}
+
 static double now_seconds() {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -172,12 +200,13 @@ int main() {
     // correctness and thread-count independence
     const int shapes[][3] = { // M, K, N
         {37, 24, 100}, {1, 1, 1}, {64, 12, 4}, {32, 12, 4}, {1024, 256, 768}, {513, 300, 129},
-        {200, 1000, 70}, {1030, 16, 4200},
+        {200, 1000, 70}, {1030, 16, 4200}, {64, 3072, 96}, {4096, 64, 48},
     };
     for (const auto& s : shapes) { test_linear(s[0], s[1], s[2]); }
     for (int t = 0; t < 8; t++) {
         test_gemm_strided(67, 45, 530, t & 1, (t >> 1) & 1, (t >> 2) & 1);
     }
+    test_gemm_nested();
     if (failures > 0) {
         printf("FAILED: %d checks\n", failures);
         return 1;
