@@ -57,6 +57,25 @@ static std::vector<std::string> reference_files() {
     return files;
 }
 
+static const int MIN_TRAJECTORY_FILES = 3;
+
+static std::vector<std::string> trajectory_files() {
+    std::vector<std::string> files;
+    DIR* dir = opendir(REFERENCE_DIR);
+    if (dir) {
+        while (dirent* e = readdir(dir)) {
+            std::string name = e->d_name;
+            if (name.rfind("optim_", 0) == 0 && name.size() > 12 && name.substr(name.size() - 12) == ".safetensors")
+                files.push_back(std::string(REFERENCE_DIR) + "/" + name);
+        }
+        closedir(dir);
+    }
+    std::sort(files.begin(), files.end());
+    check((int)files.size() >= MIN_TRAJECTORY_FILES, "found %zu optimizer trajectories in %s (need >= %d; regenerate with dev/reference/make_optim_refs.py)",
+          files.size(), REFERENCE_DIR, MIN_TRAJECTORY_FILES);
+    return files;
+}
+
 // ----------------------------------------------------------------------------------------------------
 // 1. The model against the PyTorch reference: logits and loss (rel <= 1e-5), every gradient (rel L2 <= 1e-4)
 
@@ -368,6 +387,241 @@ static void test_cli_preset(const char* args, const char* expect) {
     check(ok, "train_gpt %s -n 0 prints '%s'", args, expect);
 }
 
+// ----------------------------------------------------------------------------------------------------
+// 8. Optimizers against the PyTorch reference trajectories (dev/reference/data/optim_*.safetensors):
+// 5 training steps, each on its own batch; losses (rel <= 1e-5), every parameter after step 5
+// (rel L2 <= 1e-4), and the updates themselves, final - initial (rel L2 <= 3e-4, a sharper test since
+// the weights are dominated by their initial values).
+
+static const double TRAJ_LOSS_TOL = 1e-5, TRAJ_PARAM_TOL = 1e-4, TRAJ_UPDATE_TOL = 3e-4;
+
+static float meta_float(const SafetensorsFile& f, const char* key) { return std::stof(f.meta(key)); }
+
+static OptimConfig optim_from_metadata(const SafetensorsFile& f) {
+    OptimConfig o;
+    o.adamw_only = f.meta("optimizer") == "adamw";
+    o.muon_eq = f.meta("muon_eq") == "1";
+    o.muon_plus = f.meta("muon_plus") == "1";
+    o.lr[GROUP_LM_HEAD] = meta_float(f, "lr_lm_head");
+    o.lr[GROUP_WTE] = meta_float(f, "lr_wte");
+    o.lr[GROUP_VE] = meta_float(f, "lr_ve");
+    o.lr[GROUP_RESID] = meta_float(f, "lr_resid");
+    o.lr[GROUP_X0] = meta_float(f, "lr_x0");
+    o.lr[GROUP_SMEAR] = meta_float(f, "lr_smear");
+    o.lr[GROUP_MATRIX] = meta_float(f, o.adamw_only ? "lr_matrix_adamw" : "lr_matrix");
+    o.muon_wd = meta_float(f, "wd_muon_peak");
+    o.matrix_adamw_wd = meta_float(f, "wd_matrix_adamw");
+    o.num_iterations = std::stoi(f.meta("num_iterations"));
+    o.warmup_steps = std::stoi(f.meta("warmup_steps"));
+    o.warmdown_ratio = meta_float(f, "warmdown_ratio");
+    o.final_lr_frac = meta_float(f, "final_lr_frac");
+    o.momentum_warmup_steps = std::stoi(f.meta("momentum_warmup_steps"));
+    return o;
+}
+
+static void test_optimizer_trajectory(const std::string& path) {
+    SafetensorsFile ref = safetensors_read(path);
+    GPTConfig c = config_from_metadata(ref);
+    OptimConfig oc = optim_from_metadata(ref);
+    const int B = std::stoi(ref.meta("batch")), T = c.seq_len, steps = std::stoi(ref.meta("steps"));
+    const size_t N = (size_t)B * T;
+    GPT model;
+    gpt_build(&model, c);
+    gpt_load_weights(&model, ref);
+    std::vector<float> initial(model.params, model.params + model.num_params);
+    Optimizer opt;
+    optimizer_init(&opt, &model, oc);
+    const int* idx = ref.get_i32("idx", steps * N);
+    const int* targets = ref.get_i32("targets", steps * N);
+    const float* ref_losses = ref.get_f32("losses", steps);
+    const float* ref_lrm = ref.get_f32("sched.lrm", steps);
+    const float* ref_mom = ref.get_f32("sched.momentum", steps);
+    const float* ref_wd = ref.get_f32("sched.wd", steps);
+    double worst_loss = 0.0, worst_sched = 0.0;
+    for (int it = 0; it < steps; it++) {
+        worst_sched = std::max({worst_sched, fabs(lr_multiplier(oc, it) - ref_lrm[it]), fabs(muon_momentum(oc, it) - ref_mom[it]),
+                                fabs(muon_weight_decay(oc, it) - ref_wd[it])});
+        gpt_zero_grad(&model);
+        float loss = gpt_forward(&model, idx + it * N, targets + it * N, B, T);
+        gpt_backward(&model, 1.0f);
+        optimizer_step(&opt, &model);
+        worst_loss = std::max(worst_loss, fabs((double)loss - ref_losses[it]) / fabs((double)ref_losses[it]));
+    }
+    check(worst_loss <= TRAJ_LOSS_TOL && worst_sched <= 1e-6, "%s: %d steps, worst loss rel err %.1e <= %.0e, schedules within %.1e", path.c_str(),
+          steps, worst_loss, TRAJ_LOSS_TOL, worst_sched);
+    double worst_param = 0.0, worst_update = 0.0;
+    std::string worst_name;
+    for (const ParamTensor& t : model.table) {
+        const float* final_ref = ref.get_f32("final." + t.name, t.numel);
+        double e = rel_l2(model.params + t.offset, final_ref, t.numel);
+        std::vector<double> ours(t.numel), theirs(t.numel);
+        for (size_t i = 0; i < t.numel; i++) {
+            ours[i] = (double)model.params[t.offset + i] - initial[t.offset + i];
+            theirs[i] = (double)final_ref[i] - initial[t.offset + i];
+        }
+        double u = rel_l2(ours.data(), theirs.data(), t.numel);
+        if (u > worst_update) { worst_update = u; worst_name = t.name; }
+        worst_param = std::max(worst_param, e);
+        if (!(e <= TRAJ_PARAM_TOL && u <= TRAJ_UPDATE_TOL)) printf("     %s: params rel L2 %.2e, update rel L2 %.2e\n", t.name.c_str(), e, u);
+    }
+    check(worst_param <= TRAJ_PARAM_TOL && worst_update <= TRAJ_UPDATE_TOL,
+          "%s: all %zu parameters after %d steps rel L2 %.1e <= %.0e; updates rel L2 %.1e <= %.0e (worst %s)", path.c_str(),
+          model.table.size(), steps, worst_param, TRAJ_PARAM_TOL, worst_update, TRAJ_UPDATE_TOL, worst_name.c_str());
+    optimizer_free(&opt);
+    gpt_free(&model);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// 9. Schedules and the training plan against the sanity values of spec 2.2 and 2.3
+
+static void test_schedules() {
+    struct Row { int it; double lrm, mom, wd; };
+    auto run = [](const char* name, int N, float wd_peak, std::vector<Row> rows) {
+        OptimConfig o;
+        o.num_iterations = N;
+        o.muon_wd = wd_peak;
+        double worst = 0.0;
+        for (const Row& r : rows)
+            worst = std::max({worst, fabs(lr_multiplier(o, r.it) - r.lrm), fabs(muon_momentum(o, r.it) - r.mom),
+                              fabs(muon_weight_decay(o, r.it) - r.wd)});
+        // the spec prints 5-6 decimals: agreement to 1e-5 is exact up to its rounding
+        check(worst <= 1e-5, "%s schedules (lr multiplier, Muon momentum, weight decay) match spec 2.3 (worst diff %.1e)", name, worst);
+    };
+    run("d12", 2520, 0.28f, {{0, 0.025, 0.85, 0.28}, {883, 0.99942, 0.969957, 0.203403}, {1260, 0.780769, 0.953846, 0.14}, {2519, 0.050580, 0.900043, 0.0}});
+    run("d24 speedrun", 5568, 0.059738f, {{1950, 0.999737, 0.969981, 0.043412}, {5567, 0.050263, 0.900019, 0.0}});
+}
+
+static GPTConfig nanochat_config(int depth) {
+    GPTConfig c;
+    c.n_layer = depth;
+    c.n_embd = depth * 64;
+    c.n_head = c.n_kv_head = c.n_embd / 128;
+    c.head_dim = 128;
+    c.vocab_size = c.padded_vocab = 32768;
+    c.seq_len = 2048;
+    c.short_window = 512;
+    c.xsa_layer.assign(depth, false);
+    return c;
+}
+
+static void test_training_plan(const char* name, int depth, float ratio, double tokens, long batch, int iters, float matrix_lr,
+                               float x0_lr, float wd) {
+    OptimArgs a;
+    a.param_data_ratio = ratio;
+    TrainingPlan p = plan_training(nanochat_config(depth), a);
+    const OptimConfig& o = p.optim;
+    bool ok = p.target_tokens == tokens && p.total_batch == batch && p.num_iterations == iters && fabsf(o.lr[GROUP_MATRIX] - matrix_lr) < 1e-6f &&
+              fabsf(o.lr[GROUP_X0] - x0_lr) < 1e-5f && fabsf(o.muon_wd - wd) < 1e-6f && fabsf(o.lr[GROUP_WTE] - 0.3f) < 1e-6f &&
+              fabsf(o.lr[GROUP_LM_HEAD] - 0.008f) < 1e-7f && fabsf(o.lr[GROUP_VE] - 0.15f) < 1e-6f && o.lr[GROUP_SMEAR] == 0.2f;
+    check(ok, "%s plan: %.0f tokens (spec %.0f), batch %ld (%ld), %d steps (%d), Muon lr %.6f (%.6f), x0 lr %.5f (%.5f), wd %.6f (%.6f)",
+          name, p.target_tokens, tokens, p.total_batch, batch, p.num_iterations, iters, o.lr[GROUP_MATRIX], matrix_lr, o.lr[GROUP_X0], x0_lr,
+          o.muon_wd, wd);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// 10. Polar Express gives a near-orthogonal matrix: every singular value in [0.7, 1.3]
+
+// eigenvalues of the symmetric (n, n) matrix A (destroyed) by cyclic Jacobi rotations
+static std::vector<double> symmetric_eigenvalues(std::vector<double> A, int n) {
+    for (int sweep = 0; sweep < 100; sweep++) {
+        double off = 0.0;
+        for (int i = 0; i < n; i++)
+            for (int j = i + 1; j < n; j++) off += A[i * n + j] * A[i * n + j];
+        if (off < 1e-22) break;
+        for (int p = 0; p < n; p++)
+            for (int q = p + 1; q < n; q++) {
+                if (fabs(A[p * n + q]) < 1e-300) continue;
+                double theta = (A[q * n + q] - A[p * n + p]) / (2.0 * A[p * n + q]);
+                double t = (theta >= 0 ? 1.0 : -1.0) / (fabs(theta) + sqrt(theta * theta + 1.0));
+                double c = 1.0 / sqrt(t * t + 1.0), s = t * c;
+                for (int k = 0; k < n; k++) {  // A <- J^T A J
+                    double akp = A[k * n + p], akq = A[k * n + q];
+                    A[k * n + p] = c * akp - s * akq;
+                    A[k * n + q] = s * akp + c * akq;
+                }
+                for (int k = 0; k < n; k++) {
+                    double apk = A[p * n + k], aqk = A[q * n + k];
+                    A[p * n + k] = c * apk - s * aqk;
+                    A[q * n + k] = s * apk + c * aqk;
+                }
+            }
+    }
+    std::vector<double> eig(n);
+    for (int i = 0; i < n; i++) eig[i] = A[i * n + i];
+    return eig;
+}
+
+static void test_polar_express(int rows, int cols) {
+    Rng rng{rows * 1000u + cols};
+    std::vector<float> X((size_t)rows * cols);
+    fill_normal(X.data(), X.size(), 1.0f, &rng);
+    float inv = 1.0f / ((float)frobenius_norm(X.data(), X.size()) * 1.01f + 1e-6f);
+    for (float& x : X) x *= inv;
+    polar_express_cpu(X.data(), rows, cols);
+    const int k = std::min(rows, cols);
+    std::vector<double> gram((size_t)k * k, 0.0);  // X X^T (wide) or X^T X (tall): eigenvalues = singular values^2
+    for (int i = 0; i < k; i++)
+        for (int j = 0; j < k; j++)
+            for (int l = 0; l < std::max(rows, cols); l++)
+                gram[i * k + j] += rows <= cols ? (double)X[(size_t)i * cols + l] * X[(size_t)j * cols + l]
+                                                : (double)X[(size_t)l * cols + i] * X[(size_t)l * cols + j];
+    std::vector<double> eig = symmetric_eigenvalues(gram, k);
+    double lo = 1e30, hi = 0.0;
+    for (double e : eig) {
+        lo = std::min(lo, sqrt(std::max(e, 0.0)));
+        hi = std::max(hi, sqrt(std::max(e, 0.0)));
+    }
+    check(lo >= 0.7 && hi <= 1.3, "Polar Express on a random %dx%d matrix: singular values in [%.3f, %.3f] within [0.7, 1.3]", rows, cols, lo, hi);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// 11. Training a tiny model on one fixed batch lowers the loss at every one of 30 steps
+
+static void test_loss_decreases(bool adamw_only, float alpha) {
+    GPTConfig c;
+    c.vocab_size = 100;
+    c.padded_vocab = padded_vocab_size(100);
+    c.n_layer = 3;
+    c.n_embd = 32;
+    c.n_head = c.n_kv_head = 2;
+    c.head_dim = 16;
+    c.seq_len = 32;
+    c.short_window = 8;
+    c.window_pattern = "SL";
+    c.xsa_alpha = alpha;
+    c.xsa_layer.assign(3, alpha > 0.0f);
+    OptimArgs a;
+    a.optimizer = adamw_only ? "adamw" : "muon";
+    a.total_batch = 2 * 32;
+    a.num_iterations = 30;
+    a.warmup_steps = 3;
+    TrainingPlan plan = plan_training(c, a);
+    // the batch rule would scale every lr down by sqrt(64 / 2^19); undo it so the tiny model learns in 30 steps
+    for (int g = 0; g < NUM_GROUPS; g++)
+        if (g != GROUP_SMEAR) plan.optim.lr[g] /= (float)plan.batch_lr_scale;
+    GPT model;
+    gpt_build(&model, c);
+    gpt_init_weights(&model, 5);
+    Optimizer opt;
+    optimizer_init(&opt, &model, plan.optim);
+    Rng rng{11};
+    std::vector<int> tokens(2 * 32 + 1);
+    for (int& t : tokens) t = (int)(rng_next_u64(&rng) % 100);
+    std::vector<float> losses;
+    for (int step = 0; step < 30; step++) {
+        gpt_zero_grad(&model);
+        losses.push_back(gpt_forward(&model, tokens.data(), tokens.data() + 1, 2, 32));
+        gpt_backward(&model, 1.0f);
+        optimizer_step(&opt, &model);
+    }
+    int increases = 0;
+    for (size_t i = 1; i < losses.size(); i++) increases += losses[i] >= losses[i - 1];
+    check(increases == 0 && losses.back() < 0.8f * losses.front(), "%s, XSA alpha %.0f: loss %.4f -> %.4f over 30 steps, %d increases (0 allowed)",
+          adamw_only ? "AdamW only" : "Muon + AdamW", alpha, losses.front(), losses.back(), increases);
+    optimizer_free(&opt);
+    gpt_free(&model);
+}
+
 int main() {
     setvbuf(stdout, nullptr, _IOLBF, 0);  // keep PASS/FAIL lines in order with any error message on stderr
     std::vector<std::string> files = reference_files();
@@ -384,6 +638,17 @@ int main() {
     test_attention_finite_differences(4, 4, 100);  // full causal
     test_attention_finite_differences(4, 2, 2);    // GQA, window shorter than T
     test_attention_finite_differences(2, 1, 0);    // each token sees only itself
+
+    for (const std::string& f : trajectory_files()) test_optimizer_trajectory(f);
+    test_schedules();
+    test_training_plan("d12 ratio 12", 12, 12.0f, 1321210944.0, 524288, 2520, 0.02f, 0.5f, 0.28f);
+    test_training_plan("d24 ratio 12", 24, 12.0f, 8757727488.0, 1048576, 8352, 0.028284f, 0.70711f, 0.059738f);
+    test_training_plan("d24 speedrun ratio 8", 24, 8.0f, 5838484992.0, 1048576, 5568, 0.028284f, 0.70711f, 0.059738f);
+    test_polar_express(32, 64);
+    test_polar_express(64, 32);
+    test_polar_express(24, 96);
+    for (bool adamw_only : {false, true})
+        for (float alpha : {0.0f, 1.0f}) test_loss_decreases(adamw_only, alpha);
 
     test_nanochat_counts(12, 768, 6, 286261730, 110100912, 759696048.0);
     test_nanochat_counts(24, 1536, 12, 1384122122, 729810624, 4775225616.0);

@@ -21,12 +21,14 @@ Model (nanochat a825e63 and later, ../shared/spec/nanochat.md 1.2-1.7), per toke
 #include <string>
 #include <vector>
 
+#include "adamw.cuh"
 #include "attention.cuh"
 #include "common.h"
 #include "embedding.cuh"
 #include "loss.cuh"
 #include "matmul.cuh"
 #include "mlp.cuh"
+#include "muon.cuh"
 #include "norm.cuh"
 #include "residual.cuh"
 #include "rotary.cuh"
@@ -676,6 +678,212 @@ static double flops_per_token(const GPTConfig& c) {
     return 6.0 * (double)count_params(c).matmul + attention;
 }
 
+// ----------------------------------------------------------------------------------------------------
+// Optimizer: nanochat's MuonAdamW (spec 3): Muon for every block matrix, AdamW for embeddings,
+// lm_head and scalars, each AdamW group with its own lr, betas and weight decay. --optimizer adamw
+// trains the block matrices with AdamW too (the original XSA paper's setting).
+
+enum ParamGroup { GROUP_LM_HEAD, GROUP_WTE, GROUP_VE, GROUP_RESID, GROUP_X0, GROUP_SMEAR, GROUP_MATRIX, NUM_GROUPS };
+static const char* const GROUP_NAMES[NUM_GROUPS] = {"lm_head", "wte", "value_embeds", "resid_lambdas", "x0_lambdas",
+                                                    "smear/backout", "matrices"};
+// AdamW settings per group (spec 3.1); the matrix column applies in --optimizer adamw mode only
+static const float ADAM_BETA1[NUM_GROUPS] = {0.8f, 0.8f, 0.8f, 0.8f, 0.96f, 0.8f, 0.9f};
+static const float ADAM_BETA2[NUM_GROUPS] = {0.96f, 0.995f, 0.995f, 0.95f, 0.95f, 0.95f, 0.95f};
+static const float ADAM_WD[NUM_GROUPS] = {0.01f, 0.001f, 0.01f, 0.05f, 0.0f, 0.0f, -1.0f /* --adamw-matrix-wd */};
+static const float ADAM_EPS = 1e-10f;
+
+static ParamGroup param_group(const std::string& name) {
+    if (name == "lm_head.weight") return GROUP_LM_HEAD;
+    if (name == "transformer.wte.weight") return GROUP_WTE;
+    if (name.rfind("value_embeds.", 0) == 0) return GROUP_VE;
+    if (name == "resid_lambdas") return GROUP_RESID;
+    if (name == "x0_lambdas") return GROUP_X0;
+    if (name.rfind("transformer.h.", 0) == 0) return GROUP_MATRIX;
+    return GROUP_SMEAR;  // smear_gate.weight, smear_lambda, backout_lambda
+}
+
+struct OptimConfig {
+    bool adamw_only = false;      // --optimizer adamw
+    bool muon_eq = true;          // MuonEq row equilibration (nanochat HEAD; off in March-June 2026)
+    bool muon_plus = true;        // Muon+ renormalisation (likewise)
+    float lr[NUM_GROUPS] = {};    // peak learning rate of each group (after the batch and width scaling)
+    float muon_wd = 0.0f;         // peak of Muon's cosine-scheduled cautious weight decay
+    float matrix_adamw_wd = 0.1f; // constant AdamW weight decay of the matrices in --optimizer adamw mode
+    // schedules (spec 2.3)
+    int num_iterations = 1;
+    int warmup_steps = 40;
+    float warmdown_ratio = 0.65f;
+    float final_lr_frac = 0.05f;
+    int momentum_warmup_steps = 400;
+};
+
+// lr multiplier at update `it` of N: linear warmup, flat, then linear warmdown to final_lr_frac.
+static double lr_multiplier(const OptimConfig& o, int it) {
+    const int N = o.num_iterations, W = (int)nearbyint((double)o.warmdown_ratio * N);  // round half to even, as Python
+    if (it < o.warmup_steps) return (double)(it + 1) / o.warmup_steps;
+    if (it <= N - W) return 1.0;
+    double p = (double)(N - it) / W;
+    return p + (1.0 - p) * o.final_lr_frac;
+}
+
+// Muon momentum: 0.85 -> 0.97 over the momentum warmup, then 0.97 -> 0.90 across the lr warmdown.
+static double muon_momentum(const OptimConfig& o, int it) {
+    const int N = o.num_iterations, W = (int)nearbyint((double)o.warmdown_ratio * N);
+    if (it < o.momentum_warmup_steps) return 0.85 + (0.97 - 0.85) * it / o.momentum_warmup_steps;
+    if (it >= N - W) {
+        double p = (double)(it - (N - W)) / W;
+        return 0.97 * (1.0 - p) + 0.90 * p;
+    }
+    return 0.97;
+}
+
+// Muon weight decay: cosine from the peak at it = 0 to 0 at it = N.
+static double muon_weight_decay(const OptimConfig& o, int it) {
+    return o.muon_wd * 0.5 * (1.0 + cos(M_PI * it / o.num_iterations));
+}
+
+struct Optimizer {
+    OptimConfig config;
+    std::vector<ParamGroup> group;    // per parameter tensor (model->table order)
+    std::vector<float*> m, v;         // per tensor: AdamW moments, or Muon momentum and NorMuon state
+    float* state = nullptr;           // one allocation behind m and v
+    size_t state_floats = 0;
+    std::vector<float> work;          // Muon scratch, the size of the largest matrix
+    int step = 0;                     // updates applied so far
+};
+
+static bool uses_muon(const Optimizer* opt, size_t i) { return opt->group[i] == GROUP_MATRIX && !opt->config.adamw_only; }
+
+static void optimizer_init(Optimizer* opt, const GPT* model, const OptimConfig& config) {
+    opt->config = config;
+    const size_t n = model->table.size();
+    opt->group.resize(n);
+    opt->m.resize(n);
+    opt->v.resize(n);
+    size_t total = 0, largest = 0;
+    std::vector<size_t> v_size(n);
+    for (size_t i = 0; i < n; i++) {
+        const ParamTensor& t = model->table[i];
+        opt->group[i] = param_group(t.name);
+        if (opt->group[i] == GROUP_MATRIX && t.shape.size() != 2) fail("internal: block parameter %s is not a matrix", t.name.c_str());
+        v_size[i] = uses_muon(opt, i) ? normuon_state_size((int)t.shape[0], (int)t.shape[1]) : t.numel;
+        if (uses_muon(opt, i)) largest = std::max(largest, t.numel);
+        total += t.numel + v_size[i];
+    }
+    opt->state_floats = total;
+    opt->state = (float*)calloc(total, sizeof(float));
+    if (!opt->state) fail("out of memory allocating %zu floats of optimizer state", total);
+    size_t offset = 0;
+    for (size_t i = 0; i < n; i++) {
+        opt->m[i] = opt->state + offset;
+        offset += model->table[i].numel;
+        opt->v[i] = opt->state + offset;
+        offset += v_size[i];
+    }
+    opt->work.assign(largest, 0.0f);
+    opt->step = 0;
+}
+
+static void optimizer_free(Optimizer* opt) {
+    free(opt->state);
+    *opt = Optimizer();
+}
+
+// Applies update number opt->step to every parameter from the accumulated gradients.
+static void optimizer_step(Optimizer* opt, GPT* model) {
+    const OptimConfig& c = opt->config;
+    const int it = opt->step;
+    const float lrm = (float)lr_multiplier(c, it);
+    const float momentum = (float)muon_momentum(c, it), wd = (float)muon_weight_decay(c, it);
+    for (size_t i = 0; i < model->table.size(); i++) {
+        const ParamTensor& t = model->table[i];
+        float* p = model->params + t.offset;
+        const float* g = model->grads + t.offset;
+        const ParamGroup grp = opt->group[i];
+        const float lr = c.lr[grp] * lrm;
+        if (uses_muon(opt, i)) {
+            muon_update_cpu(p, g, opt->m[i], opt->v[i], opt->work.data(), (int)t.shape[0], (int)t.shape[1], lr, momentum, wd,
+                            c.muon_eq, c.muon_plus);
+        } else {
+            float group_wd = grp == GROUP_MATRIX ? c.matrix_adamw_wd : ADAM_WD[grp];
+            adamw_update_cpu(p, g, opt->m[i], opt->v[i], t.numel, lr, ADAM_BETA1[grp], ADAM_BETA2[grp], ADAM_EPS, group_wd, it + 1);
+        }
+    }
+    opt->step++;
+}
+
+// ----------------------------------------------------------------------------------------------------
+// The training plan (spec 2.2): horizon from the param:data ratio, batch size from the Power Lines rule,
+// and the lr / weight-decay transfer from the d12 reference. Base values are nanochat's defaults.
+
+struct OptimArgs {
+    std::string optimizer = "muon";
+    bool muon_eq = true, muon_plus = true;
+    float embedding_lr = 0.3f, unembedding_lr = 0.008f, matrix_lr = 0.02f, scalar_lr = 0.5f, smear_lr = 0.2f;
+    float weight_decay = 0.28f;   // Muon, at the d12 reference; transferred by the T_epoch rule
+    float adamw_matrix_lr = 0.003f, adamw_matrix_wd = 0.1f;
+    float param_data_ratio = 12.0f;
+    long total_batch = -1;        // tokens per update; -1 = the Power Lines rule
+    int num_iterations = -1;      // -1 = target tokens / batch
+    int warmup_steps = 40;
+    float warmdown_ratio = 0.65f, final_lr_frac = 0.05f;
+    int momentum_warmup_steps = 400;
+};
+
+struct TrainingPlan {
+    double target_tokens;   // ratio x scaling params
+    double reference_tokens; // the same for the d12 reference model
+    long total_batch;       // tokens per optimizer update
+    int num_iterations;
+    double batch_lr_scale;  // sqrt(B / 2^19), on every lr but the smear group's
+    double dmodel_lr_scale; // (C / 768)^-0.5, on the embedding, value-embedding and lm_head lrs
+    OptimConfig optim;
+};
+
+static const double REFERENCE_BATCH = 524288.0;  // 2^19 tokens, nanochat's d12 batch
+
+// nanochat measures the horizon and LR transfer against its d12 model built with the same settings
+static GPTConfig reference_d12(const GPTConfig& c) {
+    GPTConfig r = c;
+    r.n_layer = 12;
+    r.n_embd = (768 + c.head_dim - 1) / c.head_dim * c.head_dim;
+    r.n_head = r.n_kv_head = r.n_embd / c.head_dim;
+    r.xsa_layer.assign(12, false);
+    return r;
+}
+
+static TrainingPlan plan_training(const GPTConfig& model, const OptimArgs& a) {
+    TrainingPlan plan;
+    plan.target_tokens = floor((double)a.param_data_ratio * (double)count_params(model).scaling);
+    plan.reference_tokens = (double)a.param_data_ratio * (double)count_params(reference_d12(model)).scaling;
+    plan.total_batch = a.total_batch > 0 ? a.total_batch
+                                         : (long)exp2(nearbyint(log2(REFERENCE_BATCH * pow(plan.target_tokens / plan.reference_tokens, 0.383))));
+    plan.num_iterations = a.num_iterations > 0 ? a.num_iterations : (int)(plan.target_tokens / (double)plan.total_batch);
+    if (plan.num_iterations < 1) fail("the plan has no steps: %.0f target tokens < batch of %ld tokens (set -n)", plan.target_tokens, plan.total_batch);
+    plan.batch_lr_scale = sqrt((double)plan.total_batch / REFERENCE_BATCH);
+    plan.dmodel_lr_scale = pow((double)model.n_embd / 768.0, -0.5);
+    const double b = plan.batch_lr_scale, d = plan.dmodel_lr_scale;
+    OptimConfig& o = plan.optim;
+    o.adamw_only = a.optimizer == "adamw";
+    o.muon_eq = a.muon_eq;
+    o.muon_plus = a.muon_plus;
+    o.lr[GROUP_LM_HEAD] = (float)(a.unembedding_lr * b * d);
+    o.lr[GROUP_WTE] = (float)(a.embedding_lr * b * d);
+    o.lr[GROUP_VE] = (float)(a.embedding_lr * b * d * 0.5);
+    o.lr[GROUP_RESID] = (float)(a.scalar_lr * b * 0.01);
+    o.lr[GROUP_X0] = (float)(a.scalar_lr * b);
+    o.lr[GROUP_SMEAR] = a.smear_lr;  // not batch-scaled (spec 2.2)
+    o.lr[GROUP_MATRIX] = (float)((o.adamw_only ? a.adamw_matrix_lr : a.matrix_lr) * b);
+    o.muon_wd = (float)(a.weight_decay * b * (plan.reference_tokens / plan.target_tokens));
+    o.matrix_adamw_wd = a.adamw_matrix_wd;
+    o.num_iterations = plan.num_iterations;
+    o.warmup_steps = a.warmup_steps;
+    o.warmdown_ratio = a.warmdown_ratio;
+    o.final_lr_frac = a.final_lr_frac;
+    o.momentum_warmup_steps = a.momentum_warmup_steps;
+    return plan;
+}
+
 #ifndef TESTING
 // ----------------------------------------------------------------------------------------------------
 // Command line
@@ -700,9 +908,29 @@ static void print_usage() {
         "XSA\n"
         "  -x, --xsa ALPHA        XSA strength in [0, 1] (default 0 = standard attention)\n"
         "  --xsa-layers SPEC      all | none | comma list of L, A-B, last:K (default all)\n"
-        "Run (until the training loop lands, train_gpt checks the model: forward+backward on random tokens)\n"
-        "  -b, --batch N          rows per forward (default 4)\n"
-        "  -n, --steps N          forward+backward passes to time (default 3; 0 = print the model and exit)\n"
+        "Optimizer (nanochat's MuonAdamW; lrs are the d12 values, scaled by the batch and width rules)\n"
+        "  --optimizer muon|adamw Muon for block matrices + AdamW for the rest (default), or AdamW for all\n"
+        "  --muon-eq 0|1          MuonEq row equilibration (default 1; 0 with --muon-plus 0 = the March-June\n"
+        "                         2026 optimizer the study ran)\n"
+        "  --muon-plus 0|1        Muon+ Frobenius renormalisation after Polar Express (default 1)\n"
+        "  --matrix-lr F          Muon lr (0.02)\n"
+        "  --embedding-lr F       AdamW lr of wte (0.3; value embeddings get half)\n"
+        "  --unembedding-lr F     AdamW lr of lm_head (0.008)\n"
+        "  --scalar-lr F          AdamW lr of x0_lambdas (0.5; resid_lambdas get 1%%)\n"
+        "  --smear-lr F           AdamW lr of smear gate/lambda and backout lambda (0.2, not batch-scaled)\n"
+        "  --weight-decay F       Muon cautious weight decay at d12 (0.28; cosine schedule, transferred by data size)\n"
+        "  --adamw-matrix-lr F    with --optimizer adamw: matrix lr (0.003, batch-scaled; betas 0.9/0.95)\n"
+        "  --adamw-matrix-wd F    with --optimizer adamw: matrix weight decay (0.1)\n"
+        "  --warmup-steps N       linear lr warmup (40)\n"
+        "  --warmdown-ratio F     fraction of steps in the final linear lr warmdown (0.65)\n"
+        "  --final-lr-frac F      lr multiplier at the end of the warmdown (0.05)\n"
+        "  --momentum-warmup-steps N  Muon momentum 0.85 -> 0.97 over N steps (400)\n"
+        "  --param-data-ratio F   training tokens per scaling parameter, sets the horizon and WD (12)\n"
+        "Run (until the data loader lands, train_gpt trains on one fixed batch of random tokens: a check that\n"
+        "the model and optimizer learn, and a benchmark)\n"
+        "  -b, --batch N          rows per micro-batch (default 4)\n"
+        "  -B, --total-batch N    tokens per update, a multiple of batch x seq-len (default one micro-batch)\n"
+        "  -n, --steps N          optimizer steps, also the schedule horizon (default 30; 0 = print the model and exit)\n"
         "  --seed N               initialisation seed (default 42)\n"
         "  --init-from FILE       load the weights from a safetensors file (nanochat names; its metadata\n"
         "                         must describe the same model)\n"
@@ -712,8 +940,9 @@ static void print_usage() {
 
 struct Args {
     GPTConfig config;
+    OptimArgs optim;
     int batch = 4;
-    int steps = 3;
+    int steps = 30;
     uint64_t seed = 42;
     std::string init_from, export_path;
 };
@@ -769,6 +998,23 @@ static Args parse_args(int argc, char** argv) {
         else if (flag == "--xsa-layers") xsa_layers = value;
         else if (flag == "-b" || flag == "--batch") args.batch = (int)parse_int(f, value);
         else if (flag == "-n" || flag == "--steps") args.steps = (int)parse_int(f, value);
+        else if (flag == "--optimizer") args.optim.optimizer = value;
+        else if (flag == "--muon-eq") args.optim.muon_eq = parse_bool(f, value);
+        else if (flag == "--muon-plus") args.optim.muon_plus = parse_bool(f, value);
+        else if (flag == "--matrix-lr") args.optim.matrix_lr = parse_float(f, value);
+        else if (flag == "--embedding-lr") args.optim.embedding_lr = parse_float(f, value);
+        else if (flag == "--unembedding-lr") args.optim.unembedding_lr = parse_float(f, value);
+        else if (flag == "--scalar-lr") args.optim.scalar_lr = parse_float(f, value);
+        else if (flag == "--smear-lr") args.optim.smear_lr = parse_float(f, value);
+        else if (flag == "--weight-decay") args.optim.weight_decay = parse_float(f, value);
+        else if (flag == "--adamw-matrix-lr") args.optim.adamw_matrix_lr = parse_float(f, value);
+        else if (flag == "--adamw-matrix-wd") args.optim.adamw_matrix_wd = parse_float(f, value);
+        else if (flag == "--warmup-steps") args.optim.warmup_steps = (int)parse_int(f, value);
+        else if (flag == "--warmdown-ratio") args.optim.warmdown_ratio = parse_float(f, value);
+        else if (flag == "--final-lr-frac") args.optim.final_lr_frac = parse_float(f, value);
+        else if (flag == "--momentum-warmup-steps") args.optim.momentum_warmup_steps = (int)parse_int(f, value);
+        else if (flag == "--param-data-ratio") args.optim.param_data_ratio = parse_float(f, value);
+        else if (flag == "-B" || flag == "--total-batch") args.optim.total_batch = parse_int(f, value);
         else if (flag == "--seed") args.seed = (uint64_t)parse_int(f, value);
         else if (flag == "--init-from") args.init_from = value;
         else if (flag == "--export-safetensors") args.export_path = value;
@@ -777,6 +1023,15 @@ static Args parse_args(int argc, char** argv) {
     if (depth < 1 || depth > 1024) fail("--depth must be in [1, 1024], got %d", depth);
     if (args.batch < 1) fail("--batch must be >= 1, got %d", args.batch);
     if (args.steps < 0) fail("--steps must be >= 0, got %d", args.steps);
+    OptimArgs& o = args.optim;
+    if (o.optimizer != "muon" && o.optimizer != "adamw") fail("--optimizer must be muon or adamw, got '%s'", o.optimizer.c_str());
+    for (float lr : {o.matrix_lr, o.embedding_lr, o.unembedding_lr, o.scalar_lr, o.smear_lr, o.adamw_matrix_lr, o.weight_decay, o.adamw_matrix_wd})
+        if (lr < 0.0f) fail("learning rates and weight decays must be >= 0");
+    if (o.warmup_steps < 0 || o.momentum_warmup_steps < 1) fail("--warmup-steps must be >= 0 and --momentum-warmup-steps >= 1");
+    if (!(o.warmdown_ratio >= 0.0f && o.warmdown_ratio <= 1.0f)) fail("--warmdown-ratio must be in [0, 1], got %g", o.warmdown_ratio);
+    if (!(o.final_lr_frac >= 0.0f && o.final_lr_frac <= 1.0f)) fail("--final-lr-frac must be in [0, 1], got %g", o.final_lr_frac);
+    if (!(o.param_data_ratio > 0.0f)) fail("--param-data-ratio must be > 0, got %g", o.param_data_ratio);
+    if (o.total_batch != -1 && o.total_batch < 1) fail("--total-batch must be >= 1, got %ld", o.total_batch);
     for (int v : {dim, heads, kv_heads, head_dim})
         if (v != -1 && v < 1) fail("--dim, --heads, --kv-heads and --head-dim must be positive");
 
@@ -832,11 +1087,38 @@ static void print_model(const GPTConfig& c, int B) {
            pc.total * 4.0 / (1 << 20), B, count.used * 4.0 / (1 << 20));
 }
 
+static void print_plan(const TrainingPlan& plan, int accum) {
+    const OptimConfig& o = plan.optim;
+    printf("plan: %d steps x %ld tokens (%d micro-batches); horizon rule: %.4g tokens = ratio x scaling params\n",
+           o.num_iterations, plan.total_batch, accum, plan.target_tokens);
+    printf("optimizer: %s | lr scale batch %.6f, width %.6f | warmup %d, warmdown %.2f to %.3f\n",
+           o.adamw_only ? "AdamW for all parameters" : (o.muon_eq || o.muon_plus ? "Muon (+MuonEq/Muon+ as set) + AdamW" : "Muon + AdamW"),
+           plan.batch_lr_scale, plan.dmodel_lr_scale, o.warmup_steps, o.warmdown_ratio, o.final_lr_frac);
+    std::string lrs;
+    for (int g = 0; g < NUM_GROUPS; g++) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "%s%s %.6g", g ? ", " : "", GROUP_NAMES[g], o.lr[g]);
+        lrs += buf;
+    }
+    printf("peak lrs: %s | %s %.6g\n", lrs.c_str(), o.adamw_only ? "matrix wd" : "Muon wd", o.adamw_only ? o.matrix_adamw_wd : o.muon_wd);
+    if (!o.adamw_only) printf("Muon: MuonEq %s, Muon+ %s\n", o.muon_eq ? "on" : "off", o.muon_plus ? "on" : "off");
+}
+
 int main(int argc, char** argv) {
     Args args = parse_args(argc, argv);
     printf("backend: CPU (fp32, %d OpenMP threads)\n", num_threads());
-    print_model(args.config, args.batch);
+    const int B = args.batch, T = args.config.seq_len;
+    OptimArgs optim_args = args.optim;
+    if (optim_args.total_batch < 0) optim_args.total_batch = (long)B * T;  // no data yet: one micro-batch per update
+    if (optim_args.total_batch % ((long)B * T) != 0)
+        fail("--total-batch %ld is not a multiple of batch x seq-len = %d x %d", optim_args.total_batch, B, T);
+    optim_args.num_iterations = args.steps;
+    const int accum = (int)(optim_args.total_batch / ((long)B * T));
+    print_model(args.config, B);
     if (args.steps == 0) return 0;
+    TrainingPlan plan = plan_training(args.config, optim_args);
+    print_plan(plan, accum);
+
     GPT model;
     gpt_build(&model, args.config);
     gpt_init_weights(&model, args.seed);
@@ -849,33 +1131,47 @@ int main(int argc, char** argv) {
         gpt_load_weights(&model, file);
         printf("weights loaded from %s\n", args.init_from.c_str());
     }
-    const int B = args.batch, T = args.config.seq_len;
     gpt_ensure_acts(&model, B, T);
+    Optimizer opt;
+    optimizer_init(&opt, &model, plan.optim);
 
-    // no data loader yet (issue #4): random tokens exercise the full forward and backward
+    // no data loader yet (issue #4): one fixed batch of random tokens, which the model learns by heart
     Rng rng{args.seed + 1};
     std::vector<int> tokens((size_t)B * T + 1);
     for (int& t : tokens) t = (int)(rng_next_u64(&rng) % (uint64_t)args.config.vocab_size);
-    std::vector<double> step_ms;
+    std::vector<double> fwdbwd_ms, update_ms;
     for (int step = 0; step < args.steps; step++) {
         double t0 = wall_ms();
         gpt_zero_grad(&model);
-        float loss = gpt_forward(&model, tokens.data(), tokens.data() + 1, B, T);
-        gpt_backward(&model, 1.0f);
-        double ms = wall_ms() - t0;
-        if (!std::isfinite(loss)) fail("loss is %f at step %d", loss, step);
-        if (step > 0) step_ms.push_back(ms);  // the first pass pays for page faults; leave it out of the rate
-        printf("step %d/%d | loss %.6f | %.1f ms | %.0f tok/s\n", step + 1, args.steps, loss, ms, B * T / (ms / 1000.0));
+        double loss = 0.0;
+        for (int micro = 0; micro < accum; micro++) {
+            loss += gpt_forward(&model, tokens.data(), tokens.data() + 1, B, T) / accum;
+            gpt_backward(&model, 1.0f / accum);
+        }
+        double t1 = wall_ms();
+        if (!std::isfinite(loss)) fail("loss is %f at step %d; stopping", loss, step);
+        float lrm = (float)lr_multiplier(opt.config, opt.step);
+        optimizer_step(&opt, &model);
+        double t2 = wall_ms();
+        if (step > 0) {  // the first step pays for page faults and allocations; leave it out of the rates
+            fwdbwd_ms.push_back(t1 - t0);
+            update_ms.push_back(t2 - t1);
+        }
+        printf("step %d/%d | loss %.6f | lrm %.4f | %.1f ms | %.0f tok/s\n", step + 1, args.steps, loss, lrm, t2 - t0,
+               (double)optim_args.total_batch / ((t2 - t0) / 1000.0));
     }
-    if (!step_ms.empty()) {
-        std::sort(step_ms.begin(), step_ms.end());
-        double median = step_ms[step_ms.size() / 2];
-        printf("forward+backward: %.0f tok/s (median of steps 2..%d, %.1f ms)\n", B * T / (median / 1000.0), args.steps, median);
+    if (!fwdbwd_ms.empty()) {
+        std::sort(fwdbwd_ms.begin(), fwdbwd_ms.end());
+        std::sort(update_ms.begin(), update_ms.end());
+        double median = fwdbwd_ms[fwdbwd_ms.size() / 2];
+        printf("forward+backward: %.0f tok/s (median of steps 2..%d, %.1f ms); optimizer step %.1f ms\n",
+               optim_args.total_batch / (median / 1000.0), args.steps, median, update_ms[update_ms.size() / 2]);
     }
     if (!args.export_path.empty()) {
         gpt_save_weights(&model, args.export_path);
         printf("weights written to %s\n", args.export_path.c_str());
     }
+    optimizer_free(&opt);
     gpt_free(&model);
     return 0;
 }
