@@ -20,7 +20,7 @@
 // ----------------------------------------------------------------------------------------------------
 // Errors. Every bad input ends here: one message on stderr, exit code 1, never a crash.
 
-[[noreturn]] static inline void fail(const char* fmt, ...) {
+[[noreturn]] __attribute__((format(printf, 1, 2))) static inline void fail(const char* fmt, ...) {
     va_list args;
     va_start(args, fmt);
     fprintf(stderr, "error: ");

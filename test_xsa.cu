@@ -297,21 +297,6 @@ static void test_layer_spec() {
           "--xsa-layers: all, none, 6-11, last:3 and a mixed list select the right layers");
 }
 
-static void test_cli_rejects(const char* args, const char* expect) {
-    std::string cmd = std::string("./train_gpt_cpu ") + args + " 2>&1 >/dev/null";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[512];
-    while (p && fgets(buf, sizeof buf, p)) out += buf;
-    int status = p ? pclose(p) : -1;
-    int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    int lines = (int)std::count(out.begin(), out.end(), '\n');
-    while (!out.empty() && out.back() == '\n') out.pop_back();
-    bool ok = code == 1 && lines == 1 && out.rfind("error: ", 0) == 0 && out.find(expect) != std::string::npos;
-    check(ok, "train_gpt %s -> exit %d, %d line(s): %s", args, code, lines, out.empty() ? "(nothing)" : out.c_str());
-    if (!ok) printf("     expected exit 1 and one line containing '%s'\n", expect);
-}
-
 // ----------------------------------------------------------------------------------------------------
 // 7. Initialisation (spec 1.6) and the safetensors round trip
 
@@ -373,18 +358,6 @@ static void test_init_and_roundtrip() {
     remove(path);
     gpt_free(&model);
     gpt_free(&loaded);
-}
-
-// the study's presets: -d 12 = 768 dim / 12 heads, -d 24 = 1024 dim / 16 heads (head_dim 64)
-static void test_cli_preset(const char* args, const char* expect) {
-    std::string cmd = std::string("./train_gpt_cpu ") + args + " -n 0 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[512];
-    while (p && fgets(buf, sizeof buf, p)) out += buf;
-    int status = p ? pclose(p) : -1;
-    bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0 && out.find(expect) != std::string::npos;
-    check(ok, "train_gpt %s -n 0 prints '%s'", args, expect);
 }
 
 // ----------------------------------------------------------------------------------------------------
@@ -622,6 +595,292 @@ static void test_loss_decreases(bool adamw_only, float alpha) {
     gpt_free(&model);
 }
 
+// ----------------------------------------------------------------------------------------------------
+// 12. Data: packing on a hand-made stream, loader resume, bits per byte by hand
+
+static void write_shard(const std::string& path, const std::vector<uint32_t>& tokens, int version) {
+    FILE* f = fopen_or_fail(path.c_str(), "wb");
+    int32_t header[256] = {0};
+    header[0] = SHARD_MAGIC;
+    header[1] = version;
+    header[2] = (int32_t)tokens.size();
+    fwrite(header, sizeof header, 1, f);
+    for (uint32_t t : tokens) {
+        if (version == 1) { uint16_t u = (uint16_t)t; fwrite(&u, 2, 1, f); }
+        else fwrite(&t, 4, 1, f);
+    }
+    fclose(f);
+}
+
+// Seven documents (BOS = 0) of lengths 4, 3, 6, 2, 10, 4, 2; rows of T+1 = 8 tokens, a buffer of 3
+// documents refilled 2 at a time. The expected rows below were worked out by hand from spec 4.3.
+static void test_packing() {
+    const std::string path = "/tmp/xsa_train_packing.bin";
+    std::vector<uint32_t> stream = {0, 1, 2, 3, 0, 4, 5, 0, 6, 7, 8, 9, 10, 0, 11, 0, 12, 13, 14, 15, 16, 17, 18, 19, 20, 0, 21, 22, 23, 0, 24};
+    for (int version : {1, 2}) {
+        write_shard(path, stream, version);
+        DataLoader dl;
+        dataloader_init(&dl, path, "test", 50, 0, 2, 7, 0, 1);
+        dl.buffer_target = 3;
+        dl.chunk_docs = 2;
+        const std::vector<std::vector<int>> expected = {
+            {0, 6, 7, 8, 9, 10, 0, 11},  // D2 (largest that fits), then D3 fills the last 2
+            {0, 1, 2, 3, 0, 21, 22, 23}, // D0 (first of the two 4s), then D5
+            {0, 4, 5, 0, 1, 2, 3, 0},    // D1, epoch 2's D0, then nothing fits 1 slot: the shortest (D6) cropped to its BOS
+            {0, 6, 7, 8, 9, 10, 0, 11},  // epoch 2's D2 and D3; D4 (10 tokens) never fits and waits in the buffer
+        };
+        std::vector<std::vector<int>> rows;
+        std::vector<int64_t> state_after_first;
+        std::vector<int> second_batch_inputs;
+        for (int batch = 0; batch < 2; batch++) {
+            dataloader_next_batch(&dl);
+            if (batch == 0) state_after_first = dataloader_state(&dl);
+            else second_batch_inputs = dl.inputs;
+            for (int b = 0; b < 2; b++) {
+                std::vector<int> row(dl.inputs.begin() + b * 7, dl.inputs.begin() + (b + 1) * 7);
+                row.push_back(dl.targets[b * 7 + 6]);
+                bool shifted = std::equal(dl.targets.begin() + b * 7, dl.targets.begin() + b * 7 + 6, dl.inputs.begin() + b * 7 + 1);
+                if (!shifted) row.push_back(-1);  // targets must be inputs shifted by one
+                rows.push_back(row);
+            }
+        }
+        check(rows == expected, "packing (uint%d shard): 4 rows of a hand-made stream exactly as worked out by hand", version == 1 ? 16 : 32);
+        // a fresh loader restored from the saved state produces the same next batch
+        DataLoader again;
+        dataloader_init(&again, path, "test", 50, 0, 2, 7, 0, 1);
+        again.buffer_target = 3;
+        again.chunk_docs = 2;
+        dataloader_restore(&again, state_after_first, "test");
+        dataloader_next_batch(&again);
+        check(again.inputs == second_batch_inputs, "data loader (uint%d shard): restoring the saved state reproduces the next batch exactly",
+              version == 1 ? 16 : 32);
+        dataloader_free(&dl);
+        dataloader_free(&again);
+    }
+    remove(path.c_str());
+}
+
+static void test_bpb_by_hand() {
+    // targets 5 (3 bytes), 1 = BOS (special, 0 bytes), 7 (1 byte), 9 (2 bytes); losses in nats
+    std::vector<int> token_bytes(10, 1);
+    token_bytes[1] = 0;
+    token_bytes[5] = 3;
+    token_bytes[9] = 2;
+    const float losses[4] = {1.0f, 2.0f, 0.5f, 3.0f};
+    const int targets[4] = {5, 1, 7, 9};
+    double nats = 0.0, bytes = 0.0;
+    bpb_accumulate(&nats, &bytes, losses, targets, 4, token_bytes);
+    double bpb = nats / (log(2.0) * bytes);
+    // by hand: (1 + 0.5 + 3) nats / (ln 2 x 6 bytes) = 0.75 / 0.693147 = 1.082021
+    check(fabs(bpb - 1.0820212806) < 1e-9 && nats == 4.5 && bytes == 6.0, "bits per byte: %.10f (by hand 1.0820212806), BOS target excluded", bpb);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// 13. Resume: k steps, checkpoint, a fresh process state restored from it, N - k more steps: the same
+// losses and the same bits as N uninterrupted steps
+
+static void test_resume_bit_identical(bool adamw_only) {
+    const std::string shard = "/tmp/xsa_train_resume_shard.bin", ckpt = "/tmp/xsa_train_resume.safetensors";
+    Rng rng{21};
+    std::vector<uint32_t> stream;
+    for (int doc = 0; doc < 400; doc++) {
+        stream.push_back(0);
+        int len = 1 + (int)(rng_next_u64(&rng) % 40);
+        for (int i = 0; i < len; i++) stream.push_back(1 + (uint32_t)(rng_next_u64(&rng) % 63));
+    }
+    write_shard(shard, stream, 1);
+    GPTConfig c;
+    c.vocab_size = 64;
+    c.padded_vocab = 64;
+    c.n_layer = 2;
+    c.n_embd = 32;
+    c.n_head = c.n_kv_head = 2;
+    c.head_dim = 16;
+    c.seq_len = 16;
+    c.short_window = 4;
+    c.xsa_alpha = 1.0f;
+    c.xsa_layer = {false, true};
+    OptimArgs a;
+    a.optimizer = adamw_only ? "adamw" : "muon";
+    a.total_batch = 2 * 2 * 16;  // 2 micro-batches of 2 rows
+    a.num_iterations = 6;
+    a.warmup_steps = 2;
+    TrainingPlan plan = plan_training(c, a);
+    struct Run {
+        GPT model;
+        Optimizer opt;
+        DataLoader data;
+    };
+    auto start = [&](Run* r) {
+        gpt_build(&r->model, c);
+        gpt_init_weights(&r->model, 3);
+        optimizer_init(&r->opt, &r->model, plan.optim);
+        dataloader_init(&r->data, shard, "test", 64, 0, 2, 16, 0, 1);
+    };
+    auto stop = [](Run* r) {
+        optimizer_free(&r->opt);
+        dataloader_free(&r->data);
+        gpt_free(&r->model);
+    };
+    Run full, first, resumed;
+    start(&full);
+    std::vector<double> full_losses;
+    for (int s = 0; s < 6; s++) full_losses.push_back(train_step(&full.model, &full.opt, &full.data, 2));
+    start(&first);
+    LoopState loop;
+    for (int s = 0; s < 3; s++) loop.smooth_loss = train_step(&first.model, &first.opt, &first.data, 2);
+    loop.step = 3;
+    save_checkpoint(ckpt, &first.model, &first.opt, &first.data, loop);
+    stop(&first);
+    start(&resumed);
+    LoopState restored;
+    load_checkpoint(ckpt, &resumed.model, &resumed.opt, &resumed.data, &restored);
+    bool same_losses = restored.step == 3 && restored.smooth_loss == loop.smooth_loss;
+    for (int s = 3; s < 6; s++) same_losses &= train_step(&resumed.model, &resumed.opt, &resumed.data, 2) == full_losses[s];
+    bool same_params = memcmp(full.model.params, resumed.model.params, full.model.num_params * sizeof(float)) == 0;
+    bool same_state = memcmp(full.opt.state, resumed.opt.state, full.opt.state_floats * sizeof(float)) == 0;
+    bool same_loader = dataloader_state(&full.data) == dataloader_state(&resumed.data);
+    check(same_losses && same_params && same_params && same_state && same_loader,
+          "resume (%s): 3 steps + checkpoint + 3 steps == 6 steps (losses %s, weights %s, optimizer state %s, loader %s)",
+          adamw_only ? "AdamW" : "Muon", same_losses ? "same" : "DIFFER", same_params ? "same" : "DIFFER", same_state ? "same" : "DIFFER",
+          same_loader ? "same" : "DIFFER");
+    stop(&full);
+    stop(&resumed);
+    remove(shard.c_str());
+    remove(ckpt.c_str());
+}
+
+// ----------------------------------------------------------------------------------------------------
+// 14. The command line: presets, bad flags and bad data files (one message, exit code 1), and the main
+// job end to end on the embedded data: metrics.jsonl, checkpoints, resume (bit-identical weights)
+
+// Runs train_gpt with `args`; returns its exit code and what it printed (stderr only if !want_stdout).
+static int run_train_gpt(const std::string& args, std::string* out, bool want_stdout) {
+    std::string cmd = "./train_gpt_cpu " + args + (want_stdout ? " 2>&1" : " 2>&1 >/dev/null");
+    FILE* p = popen(cmd.c_str(), "r");
+    out->clear();
+    char buf[512];
+    while (p && fgets(buf, sizeof buf, p)) *out += buf;
+    int status = p ? pclose(p) : -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void test_cli_rejects(const std::string& args, const char* expect) {
+    std::string out;
+    int code = run_train_gpt(args, &out, false);
+    int lines = (int)std::count(out.begin(), out.end(), '\n');
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    bool ok = code == 1 && lines == 1 && out.rfind("error: ", 0) == 0 && out.find(expect) != std::string::npos;
+    check(ok, "train_gpt %s -> exit %d, %d line(s): %s", args.c_str(), code, lines, out.empty() ? "(nothing)" : out.c_str());
+    if (!ok) printf("     expected exit 1 and one line containing '%s'\n", expect);
+}
+
+// the study's presets: -d 12 = 768 dim / 12 heads, -d 24 = 1024 dim / 16 heads (head_dim 64)
+static void test_cli_preset(const char* args, const char* expect) {
+    std::string out;
+    int code = run_train_gpt(std::string(args) + " -n 0", &out, true);
+    check(code == 0 && out.find(expect) != std::string::npos, "train_gpt %s -n 0 prints '%s'", args, expect);
+}
+
+static const char* TINY = "-d 1 --dim 32 --heads 2 -t 32 -b 2 -B 128 --warmup-steps 2 --eval-every 3 --eval-tokens 256 --sample-every -1";
+
+static std::string read_file(const std::string& path) {
+    FILE* f = fopen(path.c_str(), "rb");
+    if (!f) return "";
+    std::string s;
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+    fclose(f);
+    return s;
+}
+
+static void write_file(const std::string& path, const std::string& bytes) {
+    FILE* f = fopen_or_fail(path.c_str(), "wb");
+    fwrite_or_fail(bytes.data(), 1, bytes.size(), f, path.c_str());
+    fclose(f);
+}
+
+// the raw losses of metrics.jsonl's train lines, by step
+static std::map<int, std::string> train_losses(const std::string& metrics) {
+    std::map<int, std::string> out;
+    for (size_t pos = 0; (pos = metrics.find("\"kind\": \"train\"", pos)) != std::string::npos; pos++) {
+        size_t line = metrics.rfind('\n', pos);
+        line = line == std::string::npos ? 0 : line + 1;
+        int step = atoi(metrics.c_str() + metrics.find("\"step\": ", line) + 8);
+        size_t l = metrics.find("\"loss\": ", pos) + 8;
+        out[step] = metrics.substr(l, metrics.find(',', l) - l);
+    }
+    return out;
+}
+
+static int count_of(const std::string& s, const char* what) {
+    int n = 0;
+    for (size_t p = 0; (p = s.find(what, p)) != std::string::npos; p++) n++;
+    return n;
+}
+
+static void test_cli_resume() {
+    system("rm -rf /tmp/xsa_cli_a /tmp/xsa_cli_b && mkdir -p /tmp/xsa_cli_b");
+    std::string out;
+    const std::string flags = std::string(TINY) + " -n 6 --save-every 3 -x 1";
+    int code_a = run_train_gpt(flags + " -o /tmp/xsa_cli_a --export-safetensors /tmp/xsa_cli_a/final.safetensors", &out, true);
+    std::string metrics_a = read_file("/tmp/xsa_cli_a/metrics.jsonl");
+    bool checkpoints = !read_file("/tmp/xsa_cli_a/ckpt_000003.safetensors").empty() && !read_file("/tmp/xsa_cli_a/ckpt_000006.safetensors").empty();
+    int train_lines = count_of(metrics_a, "\"kind\": \"train\""), eval_lines = count_of(metrics_a, "\"kind\": \"eval\"");
+    bool keys = metrics_a.rfind("{\"step\": 0, \"kind\": \"eval\", \"val_bpb\": ", 0) == 0 && count_of(metrics_a, "\"lr_mult\": ") == 6 &&
+                count_of(metrics_a, "\"dt_ms\": ") == 6 && count_of(metrics_a, "\"tok_per_s\": ") == 6 && count_of(metrics_a, "\"mfu\": ") == 6 &&
+                count_of(metrics_a, "{\"step\": 5, \"kind\": \"train\"") == 1 && count_of(metrics_a, "{\"step\": 6, \"kind\": \"eval\"") == 1;
+    check(code_a == 0 && checkpoints && train_lines == 6 && eval_lines == 3 && keys,
+          "train_gpt -n 6 --save-every 3 -o DIR: exit %d, checkpoints at 3 and 6 %s, metrics.jsonl %d train lines (steps 0..5) and %d eval lines (0, 3, 6)",
+          code_a, checkpoints ? "written" : "MISSING", train_lines, eval_lines);
+    // resume from the step-3 checkpoint in another directory, whose metrics.jsonl still has the later lines
+    system("cp /tmp/xsa_cli_a/ckpt_000003.safetensors /tmp/xsa_cli_a/metrics.jsonl /tmp/xsa_cli_b/");
+    int code_b = run_train_gpt(flags + " --resume /tmp/xsa_cli_b --export-safetensors /tmp/xsa_cli_b/final.safetensors", &out, true);
+    std::string final_a = read_file("/tmp/xsa_cli_a/final.safetensors"), final_b = read_file("/tmp/xsa_cli_b/final.safetensors");
+    std::string metrics_b = read_file("/tmp/xsa_cli_b/metrics.jsonl");
+    bool same_weights = !final_a.empty() && final_a == final_b;
+    bool same_losses = train_losses(metrics_b).size() == 6 && train_losses(metrics_a) == train_losses(metrics_b);
+    bool no_duplicates = count_of(metrics_b, "\"kind\": \"train\"") == 6 && count_of(metrics_b, "\"kind\": \"eval\"") == 3;
+    check(code_b == 0 && same_weights && same_losses && no_duplicates,
+          "train_gpt --resume from step 3: exit %d, final weights %s, train losses of steps 0..5 %s, metrics.jsonl without duplicates %s", code_b,
+          same_weights ? "bit-identical" : "DIFFER", same_losses ? "identical" : "DIFFER", no_duplicates ? "yes" : "NO");
+    // resuming with another optimizer setting is refused
+    test_cli_rejects(std::string(TINY) + " -n 6 -x 1 --matrix-lr 0.03 --resume /tmp/xsa_cli_a", "resume with the same model and optimizer flags");
+    system("rm -rf /tmp/xsa_cli_a /tmp/xsa_cli_b");
+}
+
+static void test_cli_bad_data() {
+    const std::string dir = "/tmp/xsa_bad_data";
+    system(("rm -rf " + dir + " && mkdir -p " + dir).c_str());
+    Tokenizer tok;
+    tokenizer_load(&tok, "dev/data/devil/tokenizer.bin");  // the default tokenizer the commands below use
+    const uint32_t bos = (uint32_t)tok.bos_id;
+    write_shard(dir + "/good.bin", {bos, 5, 6, 7, bos, 8, 9}, 1);
+    const std::string base = std::string(TINY) + " -n 1 -j " + dir + "/good.bin";
+    const std::string good = read_file(dir + "/good.bin");
+    std::string bad = good;
+    bad[0] = 1;
+    write_file(dir + "/magic.bin", bad);
+    test_cli_rejects(base + " -i " + dir + "/magic.bin", "is not a token shard");
+    bad = good;
+    bad[4] = 7;
+    write_file(dir + "/version.bin", bad);
+    test_cli_rejects(base + " -i " + dir + "/version.bin", "has version 7");
+    write_file(dir + "/short.bin", good.substr(0, good.size() - 3));  // the header promises more tokens
+    test_cli_rejects(base + " -i " + dir + "/short.bin", "truncated");
+    write_shard(dir + "/vocab.bin", {bos, 5, 60000, 7}, 1);  // a token of another tokenizer
+    test_cli_rejects(base + " -i " + dir + "/vocab.bin", ">= vocab");
+    write_shard(dir + "/nobos.bin", {5, 6, bos, 7}, 1);
+    test_cli_rejects(base + " -i " + dir + "/nobos.bin", "not BOS");
+    test_cli_rejects(base + " -i " + dir + "/nothing_*.bin", "no training shard files match");
+    test_cli_rejects(base + " -i ''", "no training shard files match");
+    test_cli_rejects(base + " --tokenizer " + dir + "/good.bin", "is not an xsa-train tokenizer file");
+    test_cli_rejects(base + " --tokenizer " + dir + "/absent.bin", "cannot open");
+    test_cli_rejects(base + " --vocab 1000", "does not match the tokenizer");
+    system(("rm -rf " + dir).c_str());
+}
+
 int main() {
     setvbuf(stdout, nullptr, _IOLBF, 0);  // keep PASS/FAIL lines in order with any error message on stderr
     std::vector<std::string> files = reference_files();
@@ -653,6 +912,10 @@ int main() {
     test_nanochat_counts(12, 768, 6, 286261730, 110100912, 759696048.0);
     test_nanochat_counts(24, 1536, 12, 1384122122, 729810624, 4775225616.0);
 
+    test_packing();
+    test_resume_bit_identical(false);
+    test_resume_bit_identical(true);
+    test_bpb_by_hand();
     test_init_and_roundtrip();
     test_layer_spec();
     test_cli_preset("-d 12", "depth 12, dim 768, heads 12 (kv 12) x 64");
@@ -660,6 +923,8 @@ int main() {
     test_cli_preset("-d 24 --head-dim 128", "depth 24, dim 1536, heads 12 (kv 12) x 128");
     test_cli_preset("-d 6", "depth 6, dim 384, heads 6 (kv 6) x 64");
     test_cli_preset("-d 12 -x 1 --xsa-layers last:3", "XSA: alpha 1 on layers 9,10,11");
+    test_cli_resume();
+    test_cli_bad_data();
     test_cli_rejects("--bogus 1", "unknown option");
     test_cli_rejects("-x 1.5", "alpha");
     test_cli_rejects("-x -0.1", "alpha");

@@ -24,6 +24,7 @@ Model (nanochat a825e63 and later, ../shared/spec/nanochat.md 1.2-1.7), per toke
 #include "adamw.cuh"
 #include "attention.cuh"
 #include "common.h"
+#include "dataloader.h"
 #include "embedding.cuh"
 #include "loss.cuh"
 #include "matmul.cuh"
@@ -33,6 +34,7 @@ Model (nanochat a825e63 and later, ../shared/spec/nanochat.md 1.2-1.7), per toke
 #include "residual.cuh"
 #include "rotary.cuh"
 #include "safetensors.h"
+#include "tokenizer.h"
 #include "xsa.cuh"
 
 // ----------------------------------------------------------------------------------------------------
@@ -387,7 +389,7 @@ struct GPT {
     Weights w, g;              // typed views of params and grads
     int B = 0, T = 0;          // batch shape the activations are allocated for
     float* act_memory = nullptr;
-    size_t num_act_floats = 0;
+    size_t num_act_floats = 0; // allocated capacity
     Acts acts;
     std::vector<float> rope_cos, rope_sin;  // (T, D/2)
     float mean_loss = 0.0f;
@@ -472,15 +474,19 @@ static void gpt_save_weights(const GPT* model, const std::string& path) {
 
 static void gpt_zero_grad(GPT* model) { memset(model->grads, 0, model->num_params * sizeof(float)); }
 
+// Lays the activations out for a (B, T) batch, growing the allocation only when it is too small, so
+// that sampling (1 row) and evaluation reuse the training batch's memory.
 static void gpt_ensure_acts(GPT* model, int B, int T) {
     if (model->act_memory && model->B == B && model->T == T) return;
     const GPTConfig& c = model->config;
     if (T > c.seq_len) fail("sequence of %d tokens is longer than --seq-len %d", T, c.seq_len);
-    free(model->act_memory);
     Carver count{nullptr, 0};
     carve_acts(&model->acts, &count, c, B, T);
-    model->num_act_floats = count.used;
-    model->act_memory = (float*)malloc_or_fail(count.used * sizeof(float), "activations");
+    if (count.used > model->num_act_floats) {
+        free(model->act_memory);
+        model->num_act_floats = count.used;
+        model->act_memory = (float*)malloc_or_fail(count.used * sizeof(float), "activations");
+    }
     Carver assign{model->act_memory, 0};
     carve_acts(&model->acts, &assign, c, B, T);
     model->B = B;
@@ -884,6 +890,153 @@ static TrainingPlan plan_training(const GPTConfig& model, const OptimArgs& a) {
     return plan;
 }
 
+// ----------------------------------------------------------------------------------------------------
+// Evaluation: bits per byte (spec 5.1) and greedy samples
+
+// Adds one batch's per-token losses (nats) to the bpb sums. Targets that stand for no bytes (special
+// tokens such as BOS) count in neither sum.
+static void bpb_accumulate(double* nats, double* bytes, const float* losses, const int* targets, size_t n, const std::vector<int>& token_bytes) {
+    for (size_t i = 0; i < n; i++) {
+        int b = token_bytes[targets[i]];
+        if (b > 0) {
+            *nats += losses[i];
+            *bytes += b;
+        }
+    }
+}
+
+// bpb = total nats / (ln 2 * total bytes) over `steps` batches of a fresh pass over the validation data.
+static double evaluate_bpb(GPT* model, DataLoader* val, const Tokenizer* tok, int steps) {
+    dataloader_reset(val);
+    double nats = 0.0, bytes = 0.0;
+    for (int s = 0; s < steps; s++) {
+        dataloader_next_batch(val);
+        gpt_forward(model, val->inputs.data(), val->targets.data(), val->B, val->T);
+        bpb_accumulate(&nats, &bytes, model->acts.losses, val->targets.data(), (size_t)val->B * val->T, tok->token_bytes);
+    }
+    if (bytes == 0.0) fail("the validation batches hold no byte-bearing tokens; bits per byte is undefined");
+    return nats / (log(2.0) * bytes);
+}
+
+// Greedy continuation of `prompt` (first maximum on ties), without a KV cache: each new token reruns
+// the forward on the whole sequence, which is fine for the few tokens sampled during training.
+static std::vector<int> generate_greedy(GPT* model, const std::vector<int>& prompt, int max_new) {
+    std::vector<int> tokens = prompt;
+    const int V = model->config.vocab_size;
+    for (int i = 0; i < max_new && (int)tokens.size() < model->config.seq_len; i++) {
+        const int L = (int)tokens.size();
+        gpt_forward(model, tokens.data(), nullptr, 1, L);
+        const float* row = model->acts.logits + (size_t)(L - 1) * V;
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            if (row[v] > row[best]) best = v;
+        tokens.push_back(best);
+    }
+    return tokens;
+}
+
+// One optimizer step: the gradient of the mean loss over `accum` micro-batches, then the update.
+// Returns the mean training loss of the micro-batches (before the update).
+static double train_step(GPT* model, Optimizer* opt, DataLoader* train, int accum) {
+    gpt_zero_grad(model);
+    double loss = 0.0;
+    for (int micro = 0; micro < accum; micro++) {
+        dataloader_next_batch(train);
+        loss += gpt_forward(model, train->inputs.data(), train->targets.data(), train->B, train->T) / accum;
+        gpt_backward(model, 1.0f / accum);
+    }
+    if (!std::isfinite(loss)) fail("the loss is %f at step %d; stopping (the last checkpoint, if any, is intact)", loss, opt->step);
+    optimizer_step(opt, model);
+    return loss;
+}
+
+// ----------------------------------------------------------------------------------------------------
+// Checkpoints: a safetensors file holding the parameters (nanochat names), the optimizer state, the
+// data-loader state and the loop state, so that --resume continues bit-identically. Written to a
+// temporary file and renamed.
+
+static const char* CHECKPOINT_FORMAT = "xsa-checkpoint-1";
+
+struct LoopState {
+    int step = 0;               // optimizer updates applied
+    double smooth_loss = 0.0;   // EMA (beta 0.9) of the training loss, not yet debiased
+    double train_ms = 0.0;      // time spent in training steps
+};
+
+static std::map<std::string, std::string> optim_to_metadata(const OptimConfig& o) {
+    auto num = [](double x) {
+        char buf[40];
+        snprintf(buf, sizeof buf, "%.9g", x);
+        return std::string(buf);
+    };
+    std::map<std::string, std::string> m = {
+        {"optim.adamw_only", o.adamw_only ? "1" : "0"}, {"optim.muon_eq", o.muon_eq ? "1" : "0"}, {"optim.muon_plus", o.muon_plus ? "1" : "0"},
+        {"optim.muon_wd", num(o.muon_wd)}, {"optim.matrix_adamw_wd", num(o.matrix_adamw_wd)},
+        {"optim.num_iterations", std::to_string(o.num_iterations)}, {"optim.warmup_steps", std::to_string(o.warmup_steps)},
+        {"optim.warmdown_ratio", num(o.warmdown_ratio)}, {"optim.final_lr_frac", num(o.final_lr_frac)},
+        {"optim.momentum_warmup_steps", std::to_string(o.momentum_warmup_steps)}};
+    for (int g = 0; g < NUM_GROUPS; g++) m[std::string("optim.lr.") + GROUP_NAMES[g]] = num(o.lr[g]);
+    return m;
+}
+
+// int64 values as pairs of int32 (low, high), since safetensors here carries only F32 and I32
+static std::vector<int32_t> split_int64(const std::vector<int64_t>& v) {
+    std::vector<int32_t> out;
+    for (int64_t x : v) {
+        out.push_back((int32_t)(uint32_t)((uint64_t)x & 0xFFFFFFFFu));
+        out.push_back((int32_t)(uint32_t)((uint64_t)x >> 32));
+    }
+    return out;
+}
+
+static std::vector<int64_t> join_int64(const int32_t* v, size_t pairs) {
+    std::vector<int64_t> out(pairs);
+    for (size_t i = 0; i < pairs; i++) out[i] = (int64_t)((uint64_t)(uint32_t)v[2 * i] | ((uint64_t)(uint32_t)v[2 * i + 1] << 32));
+    return out;
+}
+
+static void save_checkpoint(const std::string& path, const GPT* model, const Optimizer* opt, const DataLoader* train, const LoopState& loop) {
+    std::map<std::string, std::string> meta = config_to_metadata(model->config);
+    for (const auto& kv : optim_to_metadata(opt->config)) meta[kv.first] = kv.second;
+    char buf[64];
+    meta["format"] = CHECKPOINT_FORMAT;
+    meta["step"] = std::to_string(loop.step);
+    meta["optimizer_step"] = std::to_string(opt->step);
+    snprintf(buf, sizeof buf, "%.17g", loop.smooth_loss);
+    meta["smooth_loss"] = buf;
+    snprintf(buf, sizeof buf, "%.17g", loop.train_ms);
+    meta["train_ms"] = buf;
+    std::vector<SafeTensorOut> tensors;
+    for (const ParamTensor& t : model->table) tensors.push_back({t.name, "F32", t.shape, model->params + t.offset});
+    tensors.push_back({"optimizer.state", "F32", {(int64_t)opt->state_floats}, opt->state});
+    std::vector<int32_t> loader = split_int64(dataloader_state(train));
+    tensors.push_back({"dataloader.state", "I32", {(int64_t)loader.size()}, loader.data()});
+    safetensors_write(path, meta, tensors);
+}
+
+// Restores a checkpoint into a model and optimizer built from the same configuration (checked).
+static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt, DataLoader* train, LoopState* loop) {
+    SafetensorsFile f = safetensors_read(path);
+    if (f.metadata.count("format") == 0 || f.meta("format") != CHECKPOINT_FORMAT)
+        fail("'%s' is not an xsa-train checkpoint (format '%s', expected '%s')", path.c_str(),
+             f.metadata.count("format") ? f.meta("format").c_str() : "none", CHECKPOINT_FORMAT);
+    std::map<std::string, std::string> want = config_to_metadata(model->config);
+    for (const auto& kv : optim_to_metadata(opt->config)) want[kv.first] = kv.second;
+    for (const auto& kv : want)
+        if (f.metadata.count(kv.first) == 0 || f.meta(kv.first) != kv.second)
+            fail("'%s' was written with %s = %s, but this run has %s = %s; resume with the same model and optimizer flags", path.c_str(),
+                 kv.first.c_str(), f.metadata.count(kv.first) ? f.meta(kv.first).c_str() : "(missing)", kv.first.c_str(), kv.second.c_str());
+    gpt_load_weights(model, f);
+    memcpy(opt->state, f.get_f32("optimizer.state", opt->state_floats), opt->state_floats * sizeof(float));
+    opt->step = std::stoi(f.meta("optimizer_step"));
+    const SafeTensor* ls = f.find("dataloader.state");
+    if (!ls || ls->numel() % 2 != 0) fail("'%s' has no valid dataloader.state", path.c_str());
+    dataloader_restore(train, join_int64(f.get_i32("dataloader.state", ls->numel()), ls->numel() / 2), path.c_str());
+    loop->step = std::stoi(f.meta("step"));
+    loop->smooth_loss = std::stod(f.meta("smooth_loss"));
+    loop->train_ms = std::stod(f.meta("train_ms"));
+}
+
 #ifndef TESTING
 // ----------------------------------------------------------------------------------------------------
 // Command line
@@ -892,6 +1045,10 @@ static void print_usage() {
     printf(
         "usage: train_gpt [options]\n"
         "\n"
+        "Data (default: the embedded Devil's Dictionary corpus under dev/data/devil/)\n"
+        "  -i, --train PATTERN    training shards, a glob (default dev/data/devil/train_*.bin)\n"
+        "  -j, --val PATTERN      validation shards, a glob (default dev/data/devil/val_*.bin)\n"
+        "  --tokenizer FILE       tokenizer file (default dev/data/devil/tokenizer.bin)\n"
         "Model\n"
         "  -d, --depth N          layers; presets: 12 = 768 dim / 12 heads, 24 = 1024 dim / 16 heads,\n"
         "                         other depths: dim = 64*N rounded up to a multiple of head_dim (default 12)\n"
@@ -902,7 +1059,7 @@ static void print_usage() {
         "  -t, --seq-len N        sequence length T (default 2048)\n"
         "  --window-pattern S     per-layer windows, tiled: S short, L long; last layer always L (default SSSL)\n"
         "  --short-window N       keys before the query in S layers (default ceil(T/4/128)*128)\n"
-        "  --vocab N              vocabulary size (default 32768)\n"
+        "  --vocab N              vocabulary size (default and required: the tokenizer's)\n"
         "  --value-embeds 0|1     value embeddings on alternating layers (default 1)\n"
         "  --smear 0|1            smear the previous token's embedding (default 1)\n"
         "XSA\n"
@@ -925,26 +1082,40 @@ static void print_usage() {
         "  --warmdown-ratio F     fraction of steps in the final linear lr warmdown (0.65)\n"
         "  --final-lr-frac F      lr multiplier at the end of the warmdown (0.05)\n"
         "  --momentum-warmup-steps N  Muon momentum 0.85 -> 0.97 over N steps (400)\n"
-        "  --param-data-ratio F   training tokens per scaling parameter, sets the horizon and WD (12)\n"
-        "Run (until the data loader lands, train_gpt trains on one fixed batch of random tokens: a check that\n"
-        "the model and optimizer learn, and a benchmark)\n"
+        "  --param-data-ratio F   training tokens per scaling parameter: the horizon and the WD transfer (12)\n"
+        "Training\n"
         "  -b, --batch N          rows per micro-batch (default 4)\n"
-        "  -B, --total-batch N    tokens per update, a multiple of batch x seq-len (default one micro-batch)\n"
-        "  -n, --steps N          optimizer steps, also the schedule horizon (default 30; 0 = print the model and exit)\n"
+        "  -B, --total-batch N    tokens per optimizer step, a multiple of batch x seq-len (default: nanochat's\n"
+        "                         rule, 2^19 at d12, scaled with model size)\n"
+        "  -n, --steps N          optimizer steps (default: param-data-ratio x scaling params / total batch;\n"
+        "                         0 = print the model and the plan, then exit)\n"
         "  --seed N               initialisation seed (default 42)\n"
-        "  --init-from FILE       load the weights from a safetensors file (nanochat names; its metadata\n"
-        "                         must describe the same model)\n"
-        "  --export-safetensors FILE  write the weights (after the passes) as safetensors\n"
+        "  --eval-every N         validation bits per byte every N steps, and at step 0 and the end (250)\n"
+        "  --eval-tokens N        tokens per validation pass (80 x 524288, capped at one pass over the val shards)\n"
+        "  --sample-every N       greedy samples from the tokenizer's prompts every N steps and at the end\n"
+        "                         (2000; -1 = never)\n"
+        "  --save-every N         checkpoint every N steps (default -1: only at the end); needs -o\n"
+        "  -o, --output DIR       write DIR/metrics.jsonl and checkpoints DIR/ckpt_STEP.safetensors\n"
+        "  --resume DIR           continue from the latest checkpoint in DIR, bit-identically (same flags)\n"
+        "  --init-from FILE       start from the weights of a safetensors file (nanochat names)\n"
+        "  --export-safetensors FILE  write the final weights as safetensors (nanochat names, fp32)\n"
         "  -h, --help             this text\n");
 }
 
 struct Args {
     GPTConfig config;
     OptimArgs optim;
+    std::string train_pattern = "dev/data/devil/train_*.bin", val_pattern = "dev/data/devil/val_*.bin";
+    std::string tokenizer_path = "dev/data/devil/tokenizer.bin";
+    std::string output_dir, resume_dir, init_from, export_path;
+    int vocab = -1;  // -1: the tokenizer's
     int batch = 4;
-    int steps = 30;
+    int steps = -1;
     uint64_t seed = 42;
-    std::string init_from, export_path;
+    int eval_every = 250;
+    long eval_tokens = 80L * 524288;
+    int sample_every = 2000;
+    int save_every = -1;
 };
 
 static long parse_int(const char* flag, const char* value) {
@@ -970,7 +1141,7 @@ static bool parse_bool(const char* flag, const char* value) {
 
 static Args parse_args(int argc, char** argv) {
     Args args;
-    int depth = 12, dim = -1, heads = -1, kv_heads = -1, head_dim = -1, seq_len = 2048, short_window = -1, vocab = 32768;
+    int depth = 12, dim = -1, heads = -1, kv_heads = -1, head_dim = -1, seq_len = 2048, short_window = -1;
     std::string pattern = "SSSL", xsa_layers = "all";
     bool value_embeds = true, smear = true;
     float alpha = 0.0f;
@@ -983,6 +1154,7 @@ static Args parse_args(int argc, char** argv) {
         if (i + 1 >= argc) fail("option %s needs a value (see --help)", flag.c_str());
         const char* value = argv[++i];
         const char* f = flag.c_str();
+        OptimArgs& o = args.optim;
         if (flag == "-d" || flag == "--depth") depth = (int)parse_int(f, value);
         else if (flag == "--dim") dim = (int)parse_int(f, value);
         else if (flag == "--heads") heads = (int)parse_int(f, value);
@@ -991,38 +1163,54 @@ static Args parse_args(int argc, char** argv) {
         else if (flag == "-t" || flag == "--seq-len") seq_len = (int)parse_int(f, value);
         else if (flag == "--window-pattern") pattern = value;
         else if (flag == "--short-window") short_window = (int)parse_int(f, value);
-        else if (flag == "--vocab") vocab = (int)parse_int(f, value);
+        else if (flag == "--vocab") args.vocab = (int)parse_int(f, value);
         else if (flag == "--value-embeds") value_embeds = parse_bool(f, value);
         else if (flag == "--smear") smear = parse_bool(f, value);
         else if (flag == "-x" || flag == "--xsa") alpha = parse_float(f, value);
         else if (flag == "--xsa-layers") xsa_layers = value;
+        else if (flag == "--optimizer") o.optimizer = value;
+        else if (flag == "--muon-eq") o.muon_eq = parse_bool(f, value);
+        else if (flag == "--muon-plus") o.muon_plus = parse_bool(f, value);
+        else if (flag == "--matrix-lr") o.matrix_lr = parse_float(f, value);
+        else if (flag == "--embedding-lr") o.embedding_lr = parse_float(f, value);
+        else if (flag == "--unembedding-lr") o.unembedding_lr = parse_float(f, value);
+        else if (flag == "--scalar-lr") o.scalar_lr = parse_float(f, value);
+        else if (flag == "--smear-lr") o.smear_lr = parse_float(f, value);
+        else if (flag == "--weight-decay") o.weight_decay = parse_float(f, value);
+        else if (flag == "--adamw-matrix-lr") o.adamw_matrix_lr = parse_float(f, value);
+        else if (flag == "--adamw-matrix-wd") o.adamw_matrix_wd = parse_float(f, value);
+        else if (flag == "--warmup-steps") o.warmup_steps = (int)parse_int(f, value);
+        else if (flag == "--warmdown-ratio") o.warmdown_ratio = parse_float(f, value);
+        else if (flag == "--final-lr-frac") o.final_lr_frac = parse_float(f, value);
+        else if (flag == "--momentum-warmup-steps") o.momentum_warmup_steps = (int)parse_int(f, value);
+        else if (flag == "--param-data-ratio") o.param_data_ratio = parse_float(f, value);
+        else if (flag == "-i" || flag == "--train") args.train_pattern = value;
+        else if (flag == "-j" || flag == "--val") args.val_pattern = value;
+        else if (flag == "--tokenizer") args.tokenizer_path = value;
         else if (flag == "-b" || flag == "--batch") args.batch = (int)parse_int(f, value);
+        else if (flag == "-B" || flag == "--total-batch") o.total_batch = parse_int(f, value);
         else if (flag == "-n" || flag == "--steps") args.steps = (int)parse_int(f, value);
-        else if (flag == "--optimizer") args.optim.optimizer = value;
-        else if (flag == "--muon-eq") args.optim.muon_eq = parse_bool(f, value);
-        else if (flag == "--muon-plus") args.optim.muon_plus = parse_bool(f, value);
-        else if (flag == "--matrix-lr") args.optim.matrix_lr = parse_float(f, value);
-        else if (flag == "--embedding-lr") args.optim.embedding_lr = parse_float(f, value);
-        else if (flag == "--unembedding-lr") args.optim.unembedding_lr = parse_float(f, value);
-        else if (flag == "--scalar-lr") args.optim.scalar_lr = parse_float(f, value);
-        else if (flag == "--smear-lr") args.optim.smear_lr = parse_float(f, value);
-        else if (flag == "--weight-decay") args.optim.weight_decay = parse_float(f, value);
-        else if (flag == "--adamw-matrix-lr") args.optim.adamw_matrix_lr = parse_float(f, value);
-        else if (flag == "--adamw-matrix-wd") args.optim.adamw_matrix_wd = parse_float(f, value);
-        else if (flag == "--warmup-steps") args.optim.warmup_steps = (int)parse_int(f, value);
-        else if (flag == "--warmdown-ratio") args.optim.warmdown_ratio = parse_float(f, value);
-        else if (flag == "--final-lr-frac") args.optim.final_lr_frac = parse_float(f, value);
-        else if (flag == "--momentum-warmup-steps") args.optim.momentum_warmup_steps = (int)parse_int(f, value);
-        else if (flag == "--param-data-ratio") args.optim.param_data_ratio = parse_float(f, value);
-        else if (flag == "-B" || flag == "--total-batch") args.optim.total_batch = parse_int(f, value);
         else if (flag == "--seed") args.seed = (uint64_t)parse_int(f, value);
+        else if (flag == "--eval-every") args.eval_every = (int)parse_int(f, value);
+        else if (flag == "--eval-tokens") args.eval_tokens = parse_int(f, value);
+        else if (flag == "--sample-every") args.sample_every = (int)parse_int(f, value);
+        else if (flag == "--save-every") args.save_every = (int)parse_int(f, value);
+        else if (flag == "-o" || flag == "--output") args.output_dir = value;
+        else if (flag == "--resume") args.resume_dir = value;
         else if (flag == "--init-from") args.init_from = value;
         else if (flag == "--export-safetensors") args.export_path = value;
         else fail("unknown option '%s' (see --help)", f);
     }
     if (depth < 1 || depth > 1024) fail("--depth must be in [1, 1024], got %d", depth);
     if (args.batch < 1) fail("--batch must be >= 1, got %d", args.batch);
-    if (args.steps < 0) fail("--steps must be >= 0, got %d", args.steps);
+    if (args.steps < -1) fail("--steps must be >= 0, got %d", args.steps);
+    if (args.eval_every < 1) fail("--eval-every must be >= 1, got %d", args.eval_every);
+    if (args.eval_tokens < 1) fail("--eval-tokens must be >= 1, got %ld", args.eval_tokens);
+    if (args.sample_every < 1 && args.sample_every != -1) fail("--sample-every must be >= 1 or -1, got %d", args.sample_every);
+    if (args.save_every < 1 && args.save_every != -1) fail("--save-every must be >= 1 or -1, got %d", args.save_every);
+    if (args.save_every > 0 && args.output_dir.empty() && args.resume_dir.empty()) fail("--save-every needs -o DIR for the checkpoints");
+    for (int v : {dim, heads, kv_heads, head_dim})
+        if (v != -1 && v < 1) fail("--dim, --heads, --kv-heads and --head-dim must be positive");
     OptimArgs& o = args.optim;
     if (o.optimizer != "muon" && o.optimizer != "adamw") fail("--optimizer must be muon or adamw, got '%s'", o.optimizer.c_str());
     for (float lr : {o.matrix_lr, o.embedding_lr, o.unembedding_lr, o.scalar_lr, o.smear_lr, o.adamw_matrix_lr, o.weight_decay, o.adamw_matrix_wd})
@@ -1032,8 +1220,6 @@ static Args parse_args(int argc, char** argv) {
     if (!(o.final_lr_frac >= 0.0f && o.final_lr_frac <= 1.0f)) fail("--final-lr-frac must be in [0, 1], got %g", o.final_lr_frac);
     if (!(o.param_data_ratio > 0.0f)) fail("--param-data-ratio must be > 0, got %g", o.param_data_ratio);
     if (o.total_batch != -1 && o.total_batch < 1) fail("--total-batch must be >= 1, got %ld", o.total_batch);
-    for (int v : {dim, heads, kv_heads, head_dim})
-        if (v != -1 && v < 1) fail("--dim, --heads, --kv-heads and --head-dim must be positive");
 
     // shapes: the study's presets, nanochat's aspect-ratio rule otherwise, then the explicit overrides
     GPTConfig& c = args.config;
@@ -1054,8 +1240,6 @@ static Args parse_args(int argc, char** argv) {
     c.seq_len = seq_len;
     c.window_pattern = pattern;
     c.short_window = short_window >= 0 ? short_window : default_short_window(seq_len);
-    c.vocab_size = vocab;
-    c.padded_vocab = padded_vocab_size(vocab);
     c.value_embeds = value_embeds;
     c.smear = smear;
     c.xsa_alpha = alpha;
@@ -1063,7 +1247,7 @@ static Args parse_args(int argc, char** argv) {
     c.xsa_layer = parse_layer_spec(xsa_layers, depth);
     // alpha = 0 is standard attention: skip the op rather than run it as a no-op
     if (alpha == 0.0f) c.xsa_layer.assign(depth, false);
-    validate_config(c);
+    validate_config(c);  // the vocabulary comes from the tokenizer later; the rest is checked now
     return args;
 }
 
@@ -1104,73 +1288,183 @@ static void print_plan(const TrainingPlan& plan, int accum) {
     if (!o.adamw_only) printf("Muon: MuonEq %s, Muon+ %s\n", o.muon_eq ? "on" : "off", o.muon_plus ? "on" : "off");
 }
 
+// The checkpoint with the highest step in dir ("" if none).
+static std::string latest_checkpoint(const std::string& dir) {
+    glob_t g;
+    std::string best;
+    if (glob((dir + "/ckpt_*.safetensors").c_str(), 0, nullptr, &g) == 0)
+        for (size_t i = 0; i < g.gl_pathc; i++) best = g.gl_pathv[i];  // glob sorts; names carry zero-padded steps
+    globfree(&g);
+    return best;
+}
+
+static std::string checkpoint_path(const std::string& dir, int step) {
+    char name[64];
+    snprintf(name, sizeof name, "/ckpt_%06d.safetensors", step);
+    return dir + name;
+}
+
+// On resume, metrics.jsonl keeps what the run had logged up to the checkpoint: train lines of earlier
+// steps and eval lines up to the checkpoint's step; lines the interrupted run wrote later are dropped.
+static void truncate_metrics(const std::string& path, int resume_step) {
+    FILE* f = fopen(path.c_str(), "r");
+    if (!f) return;
+    std::string kept;
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        const char* s = strstr(line, "\"step\": ");
+        if (!s) continue;
+        int step = atoi(s + 8);
+        bool eval = strstr(line, "\"kind\": \"eval\"") != nullptr;
+        if (step < resume_step || (eval && step == resume_step)) kept += line;
+    }
+    fclose(f);
+    FILE* out = fopen_or_fail((path + ".tmp").c_str(), "w");
+    fwrite_or_fail(kept.data(), 1, kept.size(), out, path.c_str());
+    fclose(out);
+    if (rename((path + ".tmp").c_str(), path.c_str()) != 0) fail("cannot rewrite '%s': %s", path.c_str(), strerror(errno));
+}
+
+static void print_samples(GPT* model, const Tokenizer* tok, int step) {
+    printf("samples at step %d (greedy, 16 tokens):\n", step);
+    for (const std::vector<int>& prompt : tok->prompts) {
+        std::vector<int> out = generate_greedy(model, prompt, 16);
+        std::string text = tokenizer_decode(tok, out.data() + 1, prompt.size() - 1);  // skip the BOS
+        std::string cont = tokenizer_decode(tok, out.data() + prompt.size(), out.size() - prompt.size());
+        printf("  %s|%s\n", printable(text).c_str(), printable(cont).c_str());
+    }
+}
+
 int main(int argc, char** argv) {
     Args args = parse_args(argc, argv);
     printf("backend: CPU (fp32, %d OpenMP threads)\n", num_threads());
-    const int B = args.batch, T = args.config.seq_len;
+    Tokenizer tok;
+    tokenizer_load(&tok, args.tokenizer_path);
+    GPTConfig& c = args.config;
+    if (args.vocab >= 0 && args.vocab != tok.vocab_size)
+        fail("--vocab %d does not match the tokenizer '%s' (vocab %d)", args.vocab, args.tokenizer_path.c_str(), tok.vocab_size);
+    c.vocab_size = tok.vocab_size;
+    c.padded_vocab = padded_vocab_size(tok.vocab_size);
+    validate_config(c);
+    const int B = args.batch, T = c.seq_len;
+    const long micro_tokens = (long)B * T;
+
     OptimArgs optim_args = args.optim;
-    if (optim_args.total_batch < 0) optim_args.total_batch = (long)B * T;  // no data yet: one micro-batch per update
-    if (optim_args.total_batch % ((long)B * T) != 0)
-        fail("--total-batch %ld is not a multiple of batch x seq-len = %d x %d", optim_args.total_batch, B, T);
-    optim_args.num_iterations = args.steps;
-    const int accum = (int)(optim_args.total_batch / ((long)B * T));
-    print_model(args.config, B);
-    if (args.steps == 0) return 0;
-    TrainingPlan plan = plan_training(args.config, optim_args);
+    optim_args.num_iterations = args.steps;  // -1: the horizon rule
+    TrainingPlan plan = plan_training(c, optim_args);
+    if (plan.total_batch % micro_tokens != 0)
+        fail("the total batch of %ld tokens is not a multiple of batch x seq-len = %d x %d (set -B or -b)", plan.total_batch, B, T);
+    const int accum = (int)(plan.total_batch / micro_tokens);
+    const int num_steps = plan.num_iterations;
+    print_model(c, B);
     print_plan(plan, accum);
+    if (args.steps == 0) return 0;
+
+    DataLoader train, val;
+    dataloader_init(&train, args.train_pattern, "training shard", tok.vocab_size, tok.bos_id, B, T, 0, 1);
+    dataloader_init(&val, args.val_pattern, "validation shard", tok.vocab_size, tok.bos_id, B, T, 0, 1);
+    uint64_t val_tokens = 0;
+    for (const Shard& s : val.shards) val_tokens += s.ntokens;
+    const int eval_steps = (int)std::max<long>(1, std::min<long>(args.eval_tokens, (long)val_tokens) / micro_tokens);
+    printf("data: %zu training shards (%s), %zu validation shards (%llu tokens; %d batches per evaluation)\n", train.shards.size(),
+           args.train_pattern.c_str(), val.shards.size(), (unsigned long long)val_tokens, eval_steps);
 
     GPT model;
-    gpt_build(&model, args.config);
+    gpt_build(&model, c);
     gpt_init_weights(&model, args.seed);
-    if (!args.init_from.empty()) {
+    Optimizer opt;
+    optimizer_init(&opt, &model, plan.optim);
+    LoopState loop;
+    std::string out_dir = !args.output_dir.empty() ? args.output_dir : args.resume_dir;
+    if (!args.resume_dir.empty()) {
+        if (!args.init_from.empty()) fail("--resume and --init-from exclude each other");
+        std::string ckpt = latest_checkpoint(args.resume_dir);
+        if (ckpt.empty()) fail("--resume: no checkpoint ckpt_*.safetensors in '%s'", args.resume_dir.c_str());
+        load_checkpoint(ckpt, &model, &opt, &train, &loop);
+        printf("resumed from %s at step %d\n", ckpt.c_str(), loop.step);
+        if (loop.step > num_steps) fail("'%s' is at step %d, past the %d steps of this run", ckpt.c_str(), loop.step, num_steps);
+    } else if (!args.init_from.empty()) {
         SafetensorsFile file = safetensors_read(args.init_from);
-        GPTConfig saved = config_from_metadata(file);
-        if (config_to_metadata(saved) != config_to_metadata(args.config))
-            fail("'%s' holds a different model configuration than the command line asks for (compare --help flags "
-                 "with its metadata)", args.init_from.c_str());
+        if (file.metadata.count("n_layer")) {  // our own exports say which model they hold; XSA settings may differ
+            std::map<std::string, std::string> have = config_to_metadata(config_from_metadata(file)), want = config_to_metadata(c);
+            for (const auto& kv : want)
+                if (kv.first != "xsa_alpha" && kv.first != "xsa_layers" && have[kv.first] != kv.second)
+                    fail("'%s' holds a model with %s = %s, this run has %s", args.init_from.c_str(), kv.first.c_str(), have[kv.first].c_str(),
+                         kv.second.c_str());
+        }
         gpt_load_weights(&model, file);
         printf("weights loaded from %s\n", args.init_from.c_str());
     }
-    gpt_ensure_acts(&model, B, T);
-    Optimizer opt;
-    optimizer_init(&opt, &model, plan.optim);
-
-    // no data loader yet (issue #4): one fixed batch of random tokens, which the model learns by heart
-    Rng rng{args.seed + 1};
-    std::vector<int> tokens((size_t)B * T + 1);
-    for (int& t : tokens) t = (int)(rng_next_u64(&rng) % (uint64_t)args.config.vocab_size);
-    std::vector<double> fwdbwd_ms, update_ms;
-    for (int step = 0; step < args.steps; step++) {
-        double t0 = wall_ms();
-        gpt_zero_grad(&model);
-        double loss = 0.0;
-        for (int micro = 0; micro < accum; micro++) {
-            loss += gpt_forward(&model, tokens.data(), tokens.data() + 1, B, T) / accum;
-            gpt_backward(&model, 1.0f / accum);
+    FILE* metrics = nullptr;
+    if (!out_dir.empty()) {
+        if (mkdir(out_dir.c_str(), 0755) != 0 && errno != EEXIST) fail("cannot create '%s': %s", out_dir.c_str(), strerror(errno));
+        std::string path = out_dir + "/metrics.jsonl";
+        if (args.resume_dir.empty()) {
+            metrics = fopen_or_fail(path.c_str(), "w");
+        } else {
+            truncate_metrics(path, loop.step);
+            metrics = fopen_or_fail(path.c_str(), "a");
         }
-        double t1 = wall_ms();
-        if (!std::isfinite(loss)) fail("loss is %f at step %d; stopping", loss, step);
-        float lrm = (float)lr_multiplier(opt.config, opt.step);
-        optimizer_step(&opt, &model);
-        double t2 = wall_ms();
-        if (step > 0) {  // the first step pays for page faults and allocations; leave it out of the rates
-            fwdbwd_ms.push_back(t1 - t0);
-            update_ms.push_back(t2 - t1);
-        }
-        printf("step %d/%d | loss %.6f | lrm %.4f | %.1f ms | %.0f tok/s\n", step + 1, args.steps, loss, lrm, t2 - t0,
-               (double)optim_args.total_batch / ((t2 - t0) / 1000.0));
     }
-    if (!fwdbwd_ms.empty()) {
-        std::sort(fwdbwd_ms.begin(), fwdbwd_ms.end());
-        std::sort(update_ms.begin(), update_ms.end());
-        double median = fwdbwd_ms[fwdbwd_ms.size() / 2];
-        printf("forward+backward: %.0f tok/s (median of steps 2..%d, %.1f ms); optimizer step %.1f ms\n",
-               optim_args.total_batch / (median / 1000.0), args.steps, median, update_ms[update_ms.size() / 2]);
+
+    const double flops_per_step = flops_per_token(c) * (double)plan.total_batch;
+    std::vector<double> step_ms;
+    const int first_step = loop.step;
+    int timed_steps = 0;
+    for (int step = first_step;; step++) {
+        const bool last = step == num_steps;
+        const bool resumed_here = step == first_step && !args.resume_dir.empty();  // already done before the checkpoint
+        if (!resumed_here && (last || step % args.eval_every == 0)) {
+            double t0 = wall_ms();
+            double bpb = evaluate_bpb(&model, &val, &tok, eval_steps);
+            printf("step %d/%d | val bpb %.6f | %.1f s\n", step, num_steps, bpb, (wall_ms() - t0) / 1000.0);
+            if (metrics) {
+                fprintf(metrics, "{\"step\": %d, \"kind\": \"eval\", \"val_bpb\": %.8f, \"eval_tokens\": %ld}\n", step, bpb, (long)eval_steps * micro_tokens);
+                fflush(metrics);
+            }
+        }
+        if (!resumed_here && step > 0 && (last || (args.sample_every > 0 && step % args.sample_every == 0))) print_samples(&model, &tok, step);
+        if (!out_dir.empty() && !resumed_here && step > 0 && (last || (args.save_every > 0 && step % args.save_every == 0))) {
+            std::string path = checkpoint_path(out_dir, step);
+            save_checkpoint(path, &model, &opt, &train, loop);
+            printf("checkpoint %s\n", path.c_str());
+        }
+        if (last) break;
+
+        const double t0 = wall_ms();
+        const double lrm = lr_multiplier(opt.config, opt.step);
+        const double loss = train_step(&model, &opt, &train, accum);
+        const double dt = wall_ms() - t0;
+        loop.step = step + 1;
+        loop.smooth_loss = 0.9 * loop.smooth_loss + 0.1 * loss;
+        if (step > first_step) {  // the first step pays for page faults and allocations
+            loop.train_ms += dt;
+            timed_steps++;
+            step_ms.push_back(dt);
+        }
+        const double tok_per_s = (double)plan.total_batch / (dt / 1000.0);
+        const double eta_min = timed_steps > 0 ? (num_steps - step - 1) * (loop.train_ms / timed_steps) / 60000.0 : 0.0;
+        // a CPU has no agreed bf16 peak, so MFU is reported only by the CUDA backend (issue #6)
+        printf("step %d/%d (%.1f%%) | loss %.6f (smoothed) | lrm %.4f | %.1f ms | %.0f tok/s | MFU n/a | %.2f TFLOP/s | ETA %.1f min\n",
+               step + 1, num_steps, 100.0 * (step + 1) / num_steps, loop.smooth_loss / (1.0 - pow(0.9, step + 1)), lrm, dt, tok_per_s,
+               flops_per_step / (dt / 1000.0) / 1e12, eta_min);
+        if (metrics)
+            fprintf(metrics, "{\"step\": %d, \"kind\": \"train\", \"loss\": %.8f, \"lr_mult\": %.8f, \"dt_ms\": %.3f, \"tok_per_s\": %.1f, \"mfu\": null}\n",
+                    step, loss, lrm, dt, tok_per_s);
+    }
+    if (!step_ms.empty()) {
+        std::sort(step_ms.begin(), step_ms.end());
+        double median = step_ms[step_ms.size() / 2];
+        printf("training: %.0f tok/s (median over %zu steps, %.1f ms per step); training time %.1f s\n", plan.total_batch / (median / 1000.0),
+               step_ms.size(), median, loop.train_ms / 1000.0);
     }
     if (!args.export_path.empty()) {
         gpt_save_weights(&model, args.export_path);
         printf("weights written to %s\n", args.export_path.c_str());
     }
+    if (metrics) fclose(metrics);
+    dataloader_free(&train);
+    dataloader_free(&val);
     optimizer_free(&opt);
     gpt_free(&model);
     return 0;

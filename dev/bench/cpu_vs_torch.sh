@@ -11,16 +11,16 @@ ITERS=${ITERS:-10}
 PY=${PY:-/usr/bin/python3}
 
 # dim 256, 4 layers, T 256, 4 heads of 64, vocab 8192, batch 4, SSSL windows (short = 128), VE + smear on
-OURS_ARGS="-d 4 --dim 256 --heads 4 --head-dim 64 -t 256 --vocab 8192 --window-pattern SSSL --short-window 128 -b 4"
+OURS_ARGS="4 256 4 4 64 256 8192 4 SSSL 128"  # layers dim heads kv-heads head-dim T vocab batch pattern short-window
 TORCH_ARGS="--layers 4 --dim 256 --heads 4 --kv-heads 4 --head-dim 64 --seq-len 256 --vocab 8192 --window-pattern SSSL --short-window 128 --batch 4"
 
-make -s train_gpt_cpu
+make -s dev/bench/bench_fwdbwd
 blas=$($PY -c "import torch; print(torch.__config__.show())" | grep -o 'BLAS_INFO=[a-z]*' || echo "BLAS_INFO=?")
 blaslib=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || echo "?")
 echo "threads $THREADS, iterations $ITERS; torch $blas, libblas.so.3 -> $blaslib"
 
 ours_rate() {  # $1 = alpha
-    OMP_NUM_THREADS=$THREADS ./train_gpt_cpu $OURS_ARGS -x "$1" -n $((ITERS + 1)) | sed -n 's/^forward+backward: \([0-9.]*\) tok\/s.*/\1/p'
+    OMP_NUM_THREADS=$THREADS dev/bench/bench_fwdbwd $OURS_ARGS "$1" "$ITERS" | sed -n 's/^ours tok\/s \([0-9.]*\) .*/\1/p'
 }
 # OPENBLAS_CORETYPE/L2_SIZE (set on some machines to protect old OpenBLAS builds) slow PyTorch's GEMMs
 # down; unset them for its run alone, so we compare with the strongest baseline.

@@ -144,15 +144,19 @@ def muon_direction(g, state, momentum, muon_eq, muon_plus, beta2=MUON_BETA2):
     return O * (step * (o_norm / os_norm.clamp_min(1e-10)))
 
 
-def muon_update(p, g, state, lr, momentum, wd, muon_eq, muon_plus, beta2=MUON_BETA2):
+def muon_update(p, g, state, lr, momentum, wd, muon_eq, muon_plus, beta2=MUON_BETA2, perturb=None):
     """spec 3.3: direction, shape lr scale (step 8), cautious weight decay + update (step 9).
-    Returns (O, mask) for diagnostics."""
+    perturb: optional function applied to the direction O (noise-injection diagnostics only).
+    Returns (O, mask, lr_eff * wd * |P|) for diagnostics (the last: what a flip of each mask element costs)."""
     O = muon_direction(g, state, momentum, muon_eq, muon_plus, beta2)
+    if perturb is not None:
+        O = perturb(O)
     m, n = p.shape
     lr_eff = lr * math.sqrt(max(1.0, m / n))
     mask = (O * p >= 0).to(p.dtype)
+    flip_cost = lr_eff * wd * p.abs()
     p.sub_(lr_eff * O + lr_eff * wd * p * mask)
-    return O, mask
+    return O, mask, flip_cost
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -202,15 +206,20 @@ class MuonAdamW:
 
     Diagnostics of how close the trajectory runs to the optimizer's discontinuities (per step):
       masks[it][name]        Muon cautious-WD mask;
-      margin_muon[it][name]  min |O_ij| / rms(O): how far the closest element is from flipping its mask;
+      muon_log[it][name]     (|O| / rms(O), lr_eff * wd * |P|) elementwise: how far each element is from
+                             flipping its mask (in units of the update's rms) and what a flip would cost;
       margin_adam[it][name]  min over elements with v > 0 of sqrt(v_hat_ij) / rms(g): the update
-                             m_hat / sqrt(v_hat) moves by ~ noise(g) / sqrt(v_hat) (at t = 1 it is sign(g))."""
+                             m_hat / sqrt(v_hat) moves by ~ noise(g) / sqrt(v_hat) (at t = 1 it is sign(g)).
+    perturb: optional function (t, kind) -> t, kind "grad" for every gradient and "direction" for every Muon
+    direction O, to emulate the rounding noise of another implementation (diagnostics only; None for the
+    reference)."""
 
-    def __init__(self, model, h):
+    def __init__(self, model, h, perturb=None):
         self.h = h
+        self.perturb = perturb
         self.groups = param_groups(model, h)
         self.state = {}
-        self.masks, self.margin_muon, self.margin_adam = [], [], []
+        self.masks, self.muon_log, self.margin_adam = [], [], []
 
     def schedule(self, it):
         return lr_multiplier(it, self.h), muon_momentum(it, self.h), muon_weight_decay(it, self.h)
@@ -224,7 +233,7 @@ class MuonAdamW:
             lr = gr["lr"] * lrm
             for name, p in gr["params"]:
                 st = self.state.setdefault(name, {})
-                g = p.grad
+                g = p.grad if self.perturb is None else self.perturb(p.grad, "grad")
                 if gr["kind"] == "adamw":
                     b1, b2 = gr["betas"]
                     adamw_update(p.data, g, st, lr, b1, b2, ADAMW_EPS, gr["wd"])
@@ -233,8 +242,10 @@ class MuonAdamW:
                     if v.numel() and rms > 0:
                         mad[name] = float((v / (1 - b2 ** st["t"])).sqrt().min() / rms)
                 else:
-                    O, masks[name] = muon_update(p.data, g, st, lr, mom, wd, h.muon_eq, h.muon_plus)
-                    mmu[name] = float(O.abs().min() / O.pow(2).mean().sqrt())
+                    pert = None if self.perturb is None else (lambda t: self.perturb(t, "direction"))
+                    O, masks[name], cost = muon_update(p.data, g, st, lr, mom, wd, h.muon_eq, h.muon_plus,
+                                                       perturb=pert)
+                    mmu[name] = (O.abs() / O.pow(2).mean().sqrt(), cost)
         self.masks.append(masks)
-        self.margin_muon.append(mmu)
+        self.muon_log.append(mmu)
         self.margin_adam.append(mad)

@@ -1,0 +1,245 @@
+// dataloader.h: token shards and nanochat's BOS-aligned best-fit packing (spec 4.3), with a state that
+// resumes exactly.
+//
+// Shard layout (llm.c's): int32 header[256]: [0] = 20240520 (magic), [1] = version (1: uint16 tokens,
+// 2: uint32 tokens), [2] = token count low 32 bits, [3] = high 32 bits (0 in llm.c files); then the
+// tokens. Every document starts with BOS, so documents are the spans between BOS tokens.
+//
+// Packing, per row of T+1 tokens: keep a buffer of >= 1000 documents (refilled 128 at a time); put in
+// the largest document that still fits; when none fits, crop the shortest to the space left and drop
+// its tail. Every row starts with BOS and no document spans two rows. inputs = row[0:T],
+// targets = row[1:T+1]. With several ranks, rank r reads the 128-document chunks r, r+W, r+2W, ... of
+// every shard (nanochat strides parquet row groups the same way).
+//
+// Unlike nanochat, the state (stream position and the buffer's documents) is saved whole, so a resumed
+// run sees exactly the batches the uninterrupted run would have seen.
+#pragma once
+
+#include <fcntl.h>
+#include <glob.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <string>
+#include <vector>
+#include "common.h"
+
+static const int SHARD_MAGIC = 20240520;
+static const int SHARD_HEADER_INTS = 256;
+
+struct Shard {
+    std::string path;
+    int version = 0;          // 1: uint16 tokens, 2: uint32 tokens
+    uint64_t ntokens = 0;
+    void* map = nullptr;      // the whole file, memory-mapped read-only
+    size_t map_bytes = 0;
+    uint32_t token(uint64_t i) const {
+        const uint8_t* data = (const uint8_t*)map + SHARD_HEADER_INTS * sizeof(int32_t);
+        return version == 1 ? ((const uint16_t*)data)[i] : ((const uint32_t*)data)[i];
+    }
+};
+
+// Maps a shard and checks its header against the file size. Token ids are checked as they are read.
+static inline Shard shard_open(const std::string& path) {
+    Shard s;
+    s.path = path;
+    int fd = open(path.c_str(), O_RDONLY);
+    if (fd < 0) fail("cannot open shard '%s': %s", path.c_str(), strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) fail("cannot stat shard '%s': %s", path.c_str(), strerror(errno));
+    s.map_bytes = (size_t)st.st_size;
+    if (s.map_bytes < SHARD_HEADER_INTS * sizeof(int32_t))
+        fail("shard '%s' is truncated: %zu bytes, shorter than its 1024-byte header", path.c_str(), s.map_bytes);
+    s.map = mmap(nullptr, s.map_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (s.map == MAP_FAILED) fail("cannot map shard '%s': %s", path.c_str(), strerror(errno));
+    const int32_t* header = (const int32_t*)s.map;
+    if (header[0] != SHARD_MAGIC) fail("'%s' is not a token shard (magic %d, expected %d)", path.c_str(), header[0], SHARD_MAGIC);
+    if (header[1] != 1 && header[1] != 2) fail("shard '%s' has version %d; this build reads 1 (uint16) and 2 (uint32)", path.c_str(), header[1]);
+    s.version = header[1];
+    s.ntokens = (uint64_t)(uint32_t)header[2] | ((uint64_t)(uint32_t)header[3] << 32);
+    const size_t bytes_per_token = s.version == 1 ? 2 : 4;
+    const uint64_t expected = SHARD_HEADER_INTS * sizeof(int32_t) + s.ntokens * bytes_per_token;
+    if (s.map_bytes != expected)
+        fail("shard '%s' is truncated or corrupt: its header promises %llu tokens (%llu bytes), the file has %zu bytes", path.c_str(),
+             (unsigned long long)s.ntokens, (unsigned long long)expected, s.map_bytes);
+    if (s.ntokens == 0) fail("shard '%s' holds no tokens", path.c_str());
+    return s;
+}
+
+static inline void shard_close(Shard* s) {
+    if (s->map) munmap(s->map, s->map_bytes);
+    s->map = nullptr;
+}
+
+// The files matching a glob pattern, sorted; none is an error.
+static inline std::vector<std::string> expand_pattern(const std::string& pattern, const char* what) {
+    glob_t g;
+    std::vector<std::string> files;
+    if (glob(pattern.c_str(), 0, nullptr, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc; i++) files.push_back(g.gl_pathv[i]);
+    }
+    globfree(&g);
+    if (files.empty()) fail("no %s files match '%s'", what, pattern.c_str());
+    return files;  // glob sorts
+}
+
+struct Document {
+    int32_t shard;
+    uint64_t start;   // offset of its BOS in the shard
+    uint32_t length;  // tokens, BOS included
+};
+
+struct DataLoader {
+    std::vector<Shard> shards;
+    int vocab_size = 0, bos_id = 0;
+    int B = 0, T = 0;
+    int rank = 0, world = 1;
+    int buffer_target = 1000;  // documents kept to choose from (nanochat: 1000)
+    int chunk_docs = 128;      // documents added per refill, and the unit ranks stride over (nanochat: 128)
+    // stream position: the next document to read
+    int shard_idx = 0;
+    uint64_t pos = 0;
+    uint64_t doc_in_shard = 0;
+    int64_t epoch = 1;
+    std::vector<Document> buffer;
+    std::vector<int> inputs, targets;  // (B, T) of the last batch
+    std::vector<int> row;              // (T + 1) scratch
+};
+
+// Reads the document at the stream position and advances past it (wrapping to the next shard, and
+// to the next epoch after the last shard). Checks every token id on the way.
+static inline Document dataloader_read_document(DataLoader* dl) {
+    const Shard& s = dl->shards[dl->shard_idx];
+    if (s.token(dl->pos) != (uint32_t)dl->bos_id)
+        fail("shard '%s': token %llu is %u, not BOS (%d); every document must start with BOS (was it written with this tokenizer?)",
+             s.path.c_str(), (unsigned long long)dl->pos, s.token(dl->pos), dl->bos_id);
+    uint64_t end = dl->pos + 1;
+    while (end < s.ntokens) {
+        uint32_t t = s.token(end);
+        if (t == (uint32_t)dl->bos_id) break;
+        if (t >= (uint32_t)dl->vocab_size)
+            fail("shard '%s': token %llu has id %u >= vocab %d (shard and tokenizer do not match)", s.path.c_str(), (unsigned long long)end, t,
+                 dl->vocab_size);
+        end++;
+    }
+    if (end - dl->pos > 0xFFFFFFFFull) fail("shard '%s': a document of %llu tokens is too long", s.path.c_str(), (unsigned long long)(end - dl->pos));
+    Document d{dl->shard_idx, dl->pos, (uint32_t)(end - dl->pos)};
+    dl->pos = end;
+    dl->doc_in_shard++;
+    if (dl->pos == s.ntokens) {
+        dl->pos = 0;
+        dl->doc_in_shard = 0;
+        if (++dl->shard_idx == (int)dl->shards.size()) {
+            dl->shard_idx = 0;
+            dl->epoch++;
+        }
+    }
+    return d;
+}
+
+// Appends this rank's next chunk of documents to the buffer.
+static inline void dataloader_refill(DataLoader* dl) {
+    const int64_t start_epoch = dl->epoch;
+    for (;;) {
+        const uint64_t chunk = dl->doc_in_shard / dl->chunk_docs;
+        const int shard = dl->shard_idx;
+        const int64_t epoch = dl->epoch;
+        const bool mine = (int)(chunk % dl->world) == dl->rank;
+        int added = 0;
+        do {  // the rest of this chunk (a shard's last chunk may be short)
+            Document d = dataloader_read_document(dl);
+            if (mine) {
+                dl->buffer.push_back(d);
+                added++;
+            }
+        } while (dl->shard_idx == shard && dl->epoch == epoch && dl->doc_in_shard / dl->chunk_docs == chunk);
+        if (added > 0) return;
+        if (dl->epoch > start_epoch + 1) fail("rank %d of %d gets no documents: the shards have too few 128-document chunks", dl->rank, dl->world);
+    }
+}
+
+static inline void dataloader_init(DataLoader* dl, const std::string& pattern, const char* what, int vocab_size, int bos_id, int B, int T,
+                                   int rank, int world) {
+    *dl = DataLoader();
+    for (const std::string& path : expand_pattern(pattern, what)) dl->shards.push_back(shard_open(path));
+    dl->vocab_size = vocab_size;
+    dl->bos_id = bos_id;
+    dl->B = B;
+    dl->T = T;
+    dl->rank = rank;
+    dl->world = world;
+    dl->inputs.resize((size_t)B * T);
+    dl->targets.resize((size_t)B * T);
+    dl->row.resize((size_t)T + 1);
+}
+
+static inline void dataloader_free(DataLoader* dl) {
+    for (Shard& s : dl->shards) shard_close(&s);
+    *dl = DataLoader();
+}
+
+// Back to the start of the first shard with an empty buffer (a fresh validation pass).
+static inline void dataloader_reset(DataLoader* dl) {
+    dl->shard_idx = 0;
+    dl->pos = 0;
+    dl->doc_in_shard = 0;
+    dl->epoch = 1;
+    dl->buffer.clear();
+}
+
+// Packs the next B rows into dl->inputs and dl->targets (B, T).
+static inline void dataloader_next_batch(DataLoader* dl) {
+    const int capacity = dl->T + 1;
+    for (int b = 0; b < dl->B; b++) {
+        int filled = 0;
+        while (filled < capacity) {
+            while ((int)dl->buffer.size() < dl->buffer_target) dataloader_refill(dl);
+            const int remaining = capacity - filled;
+            int best = -1, shortest = 0;
+            for (int i = 0; i < (int)dl->buffer.size(); i++) {
+                uint32_t len = dl->buffer[i].length;
+                if (len <= (uint32_t)remaining && (best < 0 || len > dl->buffer[best].length)) best = i;
+                if (len < dl->buffer[shortest].length) shortest = i;
+            }
+            const int pick = best >= 0 ? best : shortest;
+            const Document d = dl->buffer[pick];
+            dl->buffer.erase(dl->buffer.begin() + pick);
+            const int take = best >= 0 ? (int)d.length : remaining;  // no fit: crop the shortest, drop its tail
+            const Shard& s = dl->shards[d.shard];
+            for (int i = 0; i < take; i++) dl->row[filled + i] = (int)s.token(d.start + i);
+            filled += take;
+        }
+        memcpy(&dl->inputs[(size_t)b * dl->T], dl->row.data(), dl->T * sizeof(int));
+        memcpy(&dl->targets[(size_t)b * dl->T], dl->row.data() + 1, dl->T * sizeof(int));
+    }
+}
+
+// The state as integers, for checkpoints: position, epoch, then (shard, start, length) per buffered document.
+static inline std::vector<int64_t> dataloader_state(const DataLoader* dl) {
+    std::vector<int64_t> s = {dl->shard_idx, (int64_t)dl->pos, (int64_t)dl->doc_in_shard, dl->epoch, (int64_t)dl->buffer.size()};
+    for (const Document& d : dl->buffer) {
+        s.push_back(d.shard);
+        s.push_back((int64_t)d.start);
+        s.push_back(d.length);
+    }
+    return s;
+}
+
+static inline void dataloader_restore(DataLoader* dl, const std::vector<int64_t>& s, const char* source) {
+    auto bad = [&]() { fail("%s: the data-loader state does not match these shards (different -i pattern or files?)", source); };
+    if (s.size() < 5) bad();
+    int64_t n = s[4];
+    if (n < 0 || (int64_t)s.size() != 5 + 3 * n) bad();
+    if (s[0] < 0 || s[0] >= (int64_t)dl->shards.size() || s[1] < 0 || (uint64_t)s[1] >= dl->shards[s[0]].ntokens) bad();
+    dl->shard_idx = (int)s[0];
+    dl->pos = (uint64_t)s[1];
+    dl->doc_in_shard = (uint64_t)s[2];
+    dl->epoch = s[3];
+    dl->buffer.clear();
+    for (int64_t i = 0; i < n; i++) {
+        Document d{(int32_t)s[5 + 3 * i], (uint64_t)s[6 + 3 * i], (uint32_t)s[7 + 3 * i]};
+        if (d.shard < 0 || d.shard >= (int)dl->shards.size() || d.start + d.length > dl->shards[d.shard].ntokens) bad();
+        dl->buffer.push_back(d);
+    }
+}
