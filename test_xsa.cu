@@ -881,6 +881,72 @@ static void test_cli_bad_data() {
     system(("rm -rf " + dir).c_str());
 }
 
+// ----------------------------------------------------------------------------------------------------
+// 15. dev/data/climbmix.py offline, on parquet files made by dev/data/make_test_parquet.py: the
+// tokenizer file and the shards it writes decode back to every document, read by our own C++ readers
+
+// the JSON strings of a .jsonl file, one per line
+static std::vector<std::string> jsonl_strings(const std::string& path) {
+    std::vector<std::string> out;
+    std::string text = read_file(path);
+    size_t start = 0;
+    while (start < text.size()) {
+        size_t end = text.find('\n', start);
+        if (end == std::string::npos) end = text.size();
+        std::string line = text.substr(start, end - start);
+        if (!line.empty()) {
+            JsonReader r{line, 0, path.c_str()};
+            out.push_back(r.string_value());
+        }
+        start = end + 1;
+    }
+    return out;
+}
+
+// decodes every document (BOS excluded) of a shard; empty if the shard breaks a rule
+static std::vector<std::string> shard_documents(const std::string& path, const Tokenizer& tok, bool* ok) {
+    Shard s = shard_open(path);
+    std::vector<std::string> docs;
+    *ok = s.token(0) == (uint32_t)tok.bos_id;
+    for (uint64_t i = 0; i < s.ntokens && *ok; i++) {
+        uint32_t t = s.token(i);
+        if (t >= (uint32_t)tok.vocab_size) *ok = false;
+        else if (t == (uint32_t)tok.bos_id) docs.push_back("");
+        else docs.back() += tok.pieces[t];
+    }
+    shard_close(&s);
+    return docs;
+}
+
+static void test_climbmix_offline() {
+    const std::string dir = "/tmp/xsa_climbmix_test";
+    std::string cmd = "rm -rf " + dir + " && python3 dev/data/make_test_parquet.py " + dir + " > /dev/null && python3 dev/data/climbmix.py --parquet-dir " +
+                      dir + " --out " + dir + "/out --vocab-size 512 --tokenizer-chars 200000 --workers 2 > " + dir + ".log 2>&1";
+    int code = system(cmd.c_str());
+    if (code != 0) {
+        check(false, "dev/data/climbmix.py offline run failed (exit %d); see %s.log (python deps: pip install -r dev/data/requirements.txt)", code, dir.c_str());
+        return;
+    }
+    Tokenizer tok;
+    tokenizer_load(&tok, dir + "/out/tokenizer.bin");
+    int specials = 0;
+    for (uint8_t sp : tok.special) specials += sp;
+    check(tok.vocab_size == 512 && specials == 9 && tok.pieces[tok.bos_id] == "<|bos|>" && tok.prompts.size() == 7 &&
+              tokenizer_decode(&tok, tok.prompts[0].data() + 1, tok.prompts[0].size() - 1) == "The capital of France is",
+          "climbmix.py tokenizer: vocab %d (512), %d special tokens (9), BOS '%s', %zu prompts decoding to nanochat's", tok.vocab_size, specials,
+          tok.pieces[tok.bos_id].c_str(), tok.prompts.size());
+    bool ok_val, ok_train0, ok_train1;
+    std::vector<std::string> val = shard_documents(dir + "/out/val_000000.bin", tok, &ok_val);
+    std::vector<std::string> train = shard_documents(dir + "/out/train_000000.bin", tok, &ok_train0);
+    std::vector<std::string> train1 = shard_documents(dir + "/out/train_000001.bin", tok, &ok_train1);
+    train.insert(train.end(), train1.begin(), train1.end());
+    std::vector<std::string> want_val = jsonl_strings(dir + "/expected.jsonl"), want_train = jsonl_strings(dir + "/expected_train.jsonl");
+    check(ok_val && ok_train0 && ok_train1 && !want_val.empty() && val == want_val && train == want_train,
+          "climbmix.py shards: BOS before every document, ids < vocab, %zu val and %zu train documents decode to the parquet text exactly",
+          val.size(), train.size());
+    system(("rm -rf " + dir + " " + dir + ".log").c_str());
+}
+
 int main() {
     setvbuf(stdout, nullptr, _IOLBF, 0);  // keep PASS/FAIL lines in order with any error message on stderr
     std::vector<std::string> files = reference_files();
@@ -912,6 +978,7 @@ int main() {
     test_nanochat_counts(12, 768, 6, 286261730, 110100912, 759696048.0);
     test_nanochat_counts(24, 1536, 12, 1384122122, 729810624, 4775225616.0);
 
+    test_climbmix_offline();
     test_packing();
     test_resume_bit_identical(false);
     test_resume_bit_identical(true);
