@@ -15,7 +15,7 @@ HAS_GPU := $(shell nvidia-smi -L 2>/dev/null | grep -q GPU && echo 1)
 
 .PHONY: all test bench clean train_gpt
 
-all: train_gpt_cpu test_xsa_cpu
+all: train_gpt_cpu eval_core test_xsa_cpu
 
 # The backend that suits this machine. The CUDA backend arrives with issue #6; until then a GPU
 # machine gets the CPU build too, and is told so.
@@ -31,10 +31,13 @@ endif
 train_gpt_cpu: train_gpt.cu $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(OMPFLAGS) -x c++ train_gpt.cu -o $@
 
+eval_core: eval_core.cpp train_gpt.cu $(HEADERS)
+	$(CXX) $(CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) eval_core.cpp -o $@
+
 test_xsa_cpu: test_xsa.cu train_gpt.cu $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) -x c++ test_xsa.cu -o $@
 
-test: test_xsa_cpu train_gpt_cpu
+test: test_xsa_cpu train_gpt_cpu eval_core
 	./test_xsa_cpu
 
 dev/bench/bench_fwdbwd: dev/bench/bench_fwdbwd.cu train_gpt.cu $(HEADERS)
@@ -45,4 +48,4 @@ bench: dev/bench/bench_fwdbwd
 	bash dev/bench/cpu_vs_torch.sh
 
 clean:
-	rm -f train_gpt train_gpt_cpu test_xsa_cpu dev/bench/bench_fwdbwd
+	rm -f train_gpt train_gpt_cpu eval_core test_xsa_cpu dev/bench/bench_fwdbwd

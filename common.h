@@ -50,6 +50,28 @@ static inline void* malloc_or_fail(size_t bytes, const char* what) {
     return p;
 }
 
+// Command-line values: a malformed number is a user error like any other.
+static long parse_int(const char* flag, const char* value) {
+    char* end = nullptr;
+    errno = 0;
+    long v = strtol(value, &end, 10);
+    if (end == value || *end != '\0' || errno != 0) fail("%s expects an integer, got '%s'", flag, value);
+    return v;
+}
+
+static float parse_float(const char* flag, const char* value) {
+    char* end = nullptr;
+    float v = strtof(value, &end);
+    if (end == value || *end != '\0' || !std::isfinite(v)) fail("%s expects a number, got '%s'", flag, value);
+    return v;
+}
+
+static bool parse_bool(const char* flag, const char* value) {
+    if (!strcmp(value, "1")) return true;
+    if (!strcmp(value, "0")) return false;
+    fail("%s expects 0 or 1, got '%s'", flag, value);
+}
+
 // ----------------------------------------------------------------------------------------------------
 // RNG: splitmix64 (a full-period 64-bit generator with a tiny state that fits in a checkpoint).
 // Initialisation only needs uniform and normal draws; we never try to match torch's bit stream.

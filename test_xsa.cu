@@ -7,7 +7,7 @@ exits non-zero on any failure.
 
 Build and run: make test
 */
-#define TESTING
+#define TRAIN_GPT_NO_MAIN  // use train_gpt.cu as a library: everything but main()
 #include "train_gpt.cu"
 
 #include <dirent.h>

@@ -24,6 +24,7 @@ Model (nanochat a825e63 and later, ../shared/spec/nanochat.md 1.2-1.7), per toke
 #include "adamw.cuh"
 #include "attention.cuh"
 #include "common.h"
+#include "core.h"
 #include "dataloader.h"
 #include "embedding.cuh"
 #include "loss.cuh"
@@ -479,7 +480,9 @@ static void gpt_zero_grad(GPT* model) { memset(model->grads, 0, model->num_param
 static void gpt_ensure_acts(GPT* model, int B, int T) {
     if (model->act_memory && model->B == B && model->T == T) return;
     const GPTConfig& c = model->config;
-    if (T > c.seq_len) fail("sequence of %d tokens is longer than --seq-len %d", T, c.seq_len);
+    // longer inputs than the training length (CORE prompts) run as nanochat runs them: the long windows
+    // become sliding windows of seq_len, up to nanochat's rotary table of 10 x seq_len
+    if (T > 10 * c.seq_len) fail("sequence of %d tokens is longer than 10 x --seq-len = %d", T, 10 * c.seq_len);
     Carver count{nullptr, 0};
     carve_acts(&model->acts, &count, c, B, T);
     if (count.used > model->num_act_floats) {
@@ -950,6 +953,51 @@ static double train_step(GPT* model, Optimizer* opt, DataLoader* train, int accu
     return loss;
 }
 
+// CORE (spec 5.2): each item's prompts run as one batch, right-padded with BOS; the per-position losses
+// and greedy predictions are scored by core.h. max_per_task > 0 evaluates the first items of each task.
+static CoreResult core_evaluate(GPT* model, const std::vector<CoreTask>& tasks, int max_per_task) {
+    CoreResult result;
+    const int V = model->config.vocab_size;
+    for (const CoreTask& task : tasks) {
+        CoreTaskResult r;
+        r.label = task.label;
+        r.type = task.type;
+        r.random_baseline = task.random_baseline;
+        const int n_items = max_per_task > 0 ? std::min<int>(max_per_task, (int)task.items.size()) : (int)task.items.size();
+        for (int i = 0; i < n_items; i++) {
+            const CoreItem& item = task.items[i];
+            const int B = (int)item.prompts.size();
+            int T = 0;
+            for (const CorePrompt& p : item.prompts) T = std::max(T, (int)p.tokens.size());
+            std::vector<int> idx((size_t)B * T, task.bos_id), targets((size_t)B * T, task.bos_id);
+            for (int b = 0; b < B; b++) {
+                const std::vector<int>& tok = item.prompts[b].tokens;
+                std::copy(tok.begin(), tok.end(), idx.begin() + (size_t)b * T);
+                std::copy(tok.begin() + 1, tok.end(), targets.begin() + (size_t)b * T);
+            }
+            gpt_forward(model, idx.data(), targets.data(), B, T);
+            std::vector<std::vector<float>> losses(B, std::vector<float>(T));
+            std::vector<std::vector<int>> argmax(B, std::vector<int>(T));
+            for (int b = 0; b < B; b++)
+                for (int t = 0; t < T; t++) {
+                    const size_t n = (size_t)b * T + t;
+                    losses[b][t] = model->acts.losses[n];
+                    const float* row = model->acts.logits + n * V;
+                    int best = 0;
+                    for (int v = 1; v < V; v++)
+                        if (row[v] > row[best]) best = v;
+                    argmax[b][t] = best;
+                }
+            std::vector<double> option_loss;
+            r.correct.push_back(core_score_item(task, item, losses, argmax, &option_loss) ? 1 : 0);
+            r.option_loss.push_back(option_loss);
+        }
+        result.tasks.push_back(r);
+    }
+    core_finish(&result);
+    return result;
+}
+
 // ----------------------------------------------------------------------------------------------------
 // Checkpoints: a safetensors file holding the parameters (nanochat names), the optimizer state, the
 // data-loader state and the loop state, so that --resume continues bit-identically. Written to a
@@ -1037,7 +1085,7 @@ static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt,
     loop->train_ms = std::stod(f.meta("train_ms"));
 }
 
-#ifndef TESTING
+#ifndef TRAIN_GPT_NO_MAIN
 // ----------------------------------------------------------------------------------------------------
 // Command line
 
@@ -1095,6 +1143,10 @@ static void print_usage() {
         "  --sample-every N       greedy samples from the tokenizer's prompts every N steps and at the end\n"
         "                         (2000; -1 = never)\n"
         "  --save-every N         checkpoint every N steps (default -1: only at the end); needs -o\n"
+        "  --core-every N         CORE every N steps and at the end (2000; -1 = never)\n"
+        "  --core-max-per-task N  items per CORE task during training (500; -1 = all)\n"
+        "  --core-tasks DIR       task files from dev/data/core.py, tokenized with this run's tokenizer\n"
+        "                         (default dev/data/core_tasks, the small bundle for the embedded corpus)\n"
         "  -o, --output DIR       write DIR/metrics.jsonl and checkpoints DIR/ckpt_STEP.safetensors\n"
         "  --resume DIR           continue from the latest checkpoint in DIR, bit-identically (same flags)\n"
         "  --init-from FILE       start from the weights of a safetensors file (nanochat names)\n"
@@ -1116,28 +1168,10 @@ struct Args {
     long eval_tokens = 80L * 524288;
     int sample_every = 2000;
     int save_every = -1;
+    int core_every = 2000;
+    int core_max_per_task = 500;
+    std::string core_dir = "dev/data/core_tasks";
 };
-
-static long parse_int(const char* flag, const char* value) {
-    char* end = nullptr;
-    errno = 0;
-    long v = strtol(value, &end, 10);
-    if (end == value || *end != '\0' || errno != 0) fail("%s expects an integer, got '%s'", flag, value);
-    return v;
-}
-
-static float parse_float(const char* flag, const char* value) {
-    char* end = nullptr;
-    float v = strtof(value, &end);
-    if (end == value || *end != '\0' || !std::isfinite(v)) fail("%s expects a number, got '%s'", flag, value);
-    return v;
-}
-
-static bool parse_bool(const char* flag, const char* value) {
-    if (!strcmp(value, "1")) return true;
-    if (!strcmp(value, "0")) return false;
-    fail("%s expects 0 or 1, got '%s'", flag, value);
-}
 
 static Args parse_args(int argc, char** argv) {
     Args args;
@@ -1195,6 +1229,9 @@ static Args parse_args(int argc, char** argv) {
         else if (flag == "--eval-tokens") args.eval_tokens = parse_int(f, value);
         else if (flag == "--sample-every") args.sample_every = (int)parse_int(f, value);
         else if (flag == "--save-every") args.save_every = (int)parse_int(f, value);
+        else if (flag == "--core-every") args.core_every = (int)parse_int(f, value);
+        else if (flag == "--core-max-per-task") args.core_max_per_task = (int)parse_int(f, value);
+        else if (flag == "--core-tasks") args.core_dir = value;
         else if (flag == "-o" || flag == "--output") args.output_dir = value;
         else if (flag == "--resume") args.resume_dir = value;
         else if (flag == "--init-from") args.init_from = value;
@@ -1208,6 +1245,8 @@ static Args parse_args(int argc, char** argv) {
     if (args.eval_tokens < 1) fail("--eval-tokens must be >= 1, got %ld", args.eval_tokens);
     if (args.sample_every < 1 && args.sample_every != -1) fail("--sample-every must be >= 1 or -1, got %d", args.sample_every);
     if (args.save_every < 1 && args.save_every != -1) fail("--save-every must be >= 1 or -1, got %d", args.save_every);
+    if (args.core_every < 1 && args.core_every != -1) fail("--core-every must be >= 1 or -1, got %d", args.core_every);
+    if (args.core_max_per_task < 1 && args.core_max_per_task != -1) fail("--core-max-per-task must be >= 1 or -1, got %d", args.core_max_per_task);
     if (args.save_every > 0 && args.output_dir.empty() && args.resume_dir.empty()) fail("--save-every needs -o DIR for the checkpoints");
     for (int v : {dim, heads, kv_heads, head_dim})
         if (v != -1 && v < 1) fail("--dim, --heads, --kv-heads and --head-dim must be positive");
@@ -1305,7 +1344,7 @@ static std::string checkpoint_path(const std::string& dir, int step) {
 }
 
 // On resume, metrics.jsonl keeps what the run had logged up to the checkpoint: train lines of earlier
-// steps and eval lines up to the checkpoint's step; lines the interrupted run wrote later are dropped.
+// steps, eval and core lines up to the checkpoint's step; lines the interrupted run wrote later are dropped.
 static void truncate_metrics(const std::string& path, int resume_step) {
     FILE* f = fopen(path.c_str(), "r");
     if (!f) return;
@@ -1315,8 +1354,8 @@ static void truncate_metrics(const std::string& path, int resume_step) {
         const char* s = strstr(line, "\"step\": ");
         if (!s) continue;
         int step = atoi(s + 8);
-        bool eval = strstr(line, "\"kind\": \"eval\"") != nullptr;
-        if (step < resume_step || (eval && step == resume_step)) kept += line;
+        bool train = strstr(line, "\"kind\": \"train\"") != nullptr;  // eval and core lines at the checkpoint's step stay
+        if (step < resume_step || (!train && step == resume_step)) kept += line;
     }
     fclose(f);
     FILE* out = fopen_or_fail((path + ".tmp").c_str(), "w");
@@ -1368,6 +1407,13 @@ int main(int argc, char** argv) {
     const int eval_steps = (int)std::max<long>(1, std::min<long>(args.eval_tokens, (long)val_tokens) / micro_tokens);
     printf("data: %zu training shards (%s), %zu validation shards (%llu tokens; %d batches per evaluation)\n", train.shards.size(),
            args.train_pattern.c_str(), val.shards.size(), (unsigned long long)val_tokens, eval_steps);
+
+    std::vector<CoreTask> core_tasks;
+    if (args.core_every > 0) {
+        core_tasks = core_tasks_load(args.core_dir, tok.vocab_size, tok.bos_id);
+        printf("CORE: %zu tasks from %s, up to %d items each, every %d steps and at the end\n", core_tasks.size(), args.core_dir.c_str(),
+               args.core_max_per_task, args.core_every);
+    }
 
     GPT model;
     gpt_build(&model, c);
@@ -1421,6 +1467,21 @@ int main(int argc, char** argv) {
             if (metrics) {
                 fprintf(metrics, "{\"step\": %d, \"kind\": \"eval\", \"val_bpb\": %.8f, \"eval_tokens\": %ld}\n", step, bpb, (long)eval_steps * micro_tokens);
                 fflush(metrics);
+            }
+        }
+        if (!core_tasks.empty() && !resumed_here && step > 0 && (last || step % args.core_every == 0)) {
+            double t0 = wall_ms();
+            CoreResult core = core_evaluate(&model, core_tasks, args.core_max_per_task);
+            core_print(core);
+            printf("step %d/%d | CORE %.6f | %.1f s\n", step, num_steps, core.core, (wall_ms() - t0) / 1000.0);
+            if (metrics) {
+                fprintf(metrics, "{\"step\": %d, \"kind\": \"core\", \"core\": %.8f, \"centered\": {", step, core.core);
+                for (size_t i = 0; i < core.tasks.size(); i++) fprintf(metrics, "%s\"%s\": %.8f", i ? ", " : "", core.tasks[i].label.c_str(), core.tasks[i].centered);
+                fprintf(metrics, "}}\n");
+                fflush(metrics);
+                char name[64];
+                snprintf(name, sizeof name, "/core_%06d.csv", step);
+                core_write_csv(core, out_dir + name);
             }
         }
         if (!resumed_here && step > 0 && (last || (args.sample_every > 0 && step % args.sample_every == 0))) print_samples(&model, &tok, step);

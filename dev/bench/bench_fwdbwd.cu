@@ -4,7 +4,7 @@ PyTorch side is dev/bench/bench_torch.py with the same flags). Build: make dev/b
 usage: bench_fwdbwd LAYERS DIM HEADS KV_HEADS HEAD_DIM SEQ_LEN VOCAB BATCH WINDOW_PATTERN SHORT_WINDOW XSA_ALPHA ITERS
 Last line: "ours tok/s <float> ms/iter <float>" (median over ITERS after one warm-up pass).
 */
-#define TESTING
+#define TRAIN_GPT_NO_MAIN  // use train_gpt.cu as a library: everything but main()
 #include "../../train_gpt.cu"
 
 int main(int argc, char** argv) {
