@@ -102,4 +102,730 @@ static inline void attention_backward_cpu(real* dq, real* dk, real* dv, const re
                     }
 }
 
-// CUDA backend: flash-style kernels with the XSA epilogue fused come with issue #6.
+// ----------------------------------------------------------------------------------------------------
+// CUDA backend: flash-attention style kernels (FA2's structure) on the tensor cores, with the XSA
+// epilogue and preprocessing fused in.
+//
+// Tiles. A block is 4 warps (128 threads). Every tile is 64 rows (queries or keys) of D bf16 in shared
+// memory, each row padded by 8 elements (16 bytes) so that the 8 row addresses of an ldmatrix phase fall
+// in 8 different 16-byte bank groups (row stride 144 or 272 bytes, both = 16 mod 128). A warp owns 16
+// rows of its block's tile and computes 16 x 64 score tiles with mma.sync m16n8k16 (bf16 in, fp32
+// accumulate); the softmax statistics, the running output and the gradient accumulators stay in
+// registers in the mma accumulator layout, and the score tile is turned into the A operand of the next
+// mma without going through shared memory (FA2's register reuse).
+//
+// mma.sync m16n8k16 fragments (PTX ISA), g = lane / 4, c = lane % 4:
+//   A (16 x 16, row-major), 4 x b32: (row g, cols 2c..2c+1), (row g+8, same), (row g, cols 2c+8..),
+//                                    (row g+8, cols 2c+8..)
+//   B (16 x 8, "col"),     2 x b32: (rows k 2c..2c+1, col g), (rows k 2c+8..2c+9, col g)
+//   C (16 x 8, fp32),      4 x f32: (row g, cols 2c, 2c+1), (row g+8, cols 2c, 2c+1)
+// So the C fragments of two adjacent 8-column tiles are, packed to bf16, exactly the A fragment of one
+// 16-column k-step. Operands come from shared memory with ldmatrix.x4 (four 8x8 matrices; lane L gives
+// the address of row L % 8 of matrix L / 8; matrix m lands in register m):
+//   A operand, or B operand read transposed (ldmatrix.trans) from a (k, n) row-major tile:
+//       row L % 16, col 8 (L / 16)         -> {a0, a1, a2, a3} or {b0, b1} of n-tiles n, n+1
+//   B operand from an (n, k) row-major tile (K for Q K^T): row 8 (L / 16) + L % 8, col 8 ((L / 8) % 2)
+//                                          -> {b0, b1} of n-tile n, {b0, b1} of n-tile n+1
+//
+// Determinism: every output element is written by exactly one thread, after a loop whose order is
+// fixed; the backward runs one kernel that owns dK/dV per (batch, kv head, key tile) (looping over the
+// query heads of the group and the query tiles that see those keys) and another that owns dQ per
+// (batch, head, query tile). Both recompute P from the saved log-sum-exp. No atomics anywhere.
+#ifdef __CUDACC__
+#include "cuda_common.cuh"
+#include "xsa.cuh"  // XSA_EPS and xsa_backward_kernel (the fused backward's preprocessing)
+
+#define ATT_TILE 64     // rows of every query and key tile but the dK/dV kernel's query tile at D = 128
+#define ATT_PAD 8       // bf16 elements of padding per shared-memory row
+#define ATT_THREADS 128 // 4 warps, 16 tile rows each
+static const float ATT_LOG2E = 1.4426950408889634f;
+
+// ---- inline PTX: 16-byte async copies, ldmatrix, mma.sync (sm_80+, fine on sm_90) ----
+
+__device__ __forceinline__ void attn_cp_async_16(void* smem, const void* gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void attn_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// waits until at most N of this thread's committed groups are still in flight
+template <int N>
+__device__ __forceinline__ void attn_cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void attn_ldmatrix_x4(uint32_t r[4], const floatX* smem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s)
+                 : "memory");
+}
+__device__ __forceinline__ void attn_ldmatrix_x4_trans(uint32_t r[4], const floatX* smem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s)
+                 : "memory");
+}
+// c (16 x 8 fp32) += a (16 x 16 bf16) b (16 x 8 bf16)
+__device__ __forceinline__ void attn_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// two floats -> one b32 of bf16 (lo in the low half: the lower column, as ldmatrix and mma expect)
+__device__ __forceinline__ uint32_t attn_pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// ---- tile helpers (all threads of the block or of one warp, as named) ----
+
+// Block-wide: starts async copies of rows [0, ROWS) of a (ROWS, D) tile from global (row r at
+// src + r * stride) into shared memory (row stride D + ATT_PAD). Rows >= valid are zero-filled
+// instead: P is 0 there, but 0 * (uninitialised NaN bits) would still poison P V.
+template <int D, int ROWS>
+__device__ __forceinline__ void attn_load_tile(floatX* dst, const floatX* src, size_t stride, int valid) {
+    constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
+    for (int c = threadIdx.x; c < ROWS * CHUNKS; c += ATT_THREADS) {
+        const int r = c / CHUNKS, ch = c % CHUNKS;
+        floatX* d = dst + r * (D + ATT_PAD) + ch * 8;
+        if (r < valid) attn_cp_async_16(d, src + r * stride + ch * 8);
+        else *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
+// One warp: writes the warp's 16 accumulator rows acc (16 x D in C layout) times `mul` as bf16 into its
+// 16 rows of the shared tile s (row stride D + ATT_PAD); row g gets mul[0], row g + 8 mul[1].
+template <int D>
+__device__ __forceinline__ void attn_stage_rows(floatX* s, const float (&acc)[D / 8][4], float mul0, float mul1) {
+    constexpr int LD = D + ATT_PAD;
+    const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; nt++) {
+        *reinterpret_cast<__nv_bfloat162*>(s + g * LD + nt * 8 + 2 * c) = __floats2bfloat162_rn(acc[nt][0] * mul0, acc[nt][1] * mul0);
+        *reinterpret_cast<__nv_bfloat162*>(s + (g + 8) * LD + nt * 8 + 2 * c) = __floats2bfloat162_rn(acc[nt][2] * mul1, acc[nt][3] * mul1);
+    }
+}
+
+// One warp: copies its 16 staged shared rows (row stride D + ATT_PAD) to global rows r < valid (row r at
+// dst + r * stride) with 16-byte stores, consecutive lanes on consecutive bytes.
+template <int D>
+__device__ __forceinline__ void attn_store_rows(floatX* dst, size_t stride, const floatX* s, int valid) {
+    constexpr int CHUNKS = D / 8;
+    for (int c = threadIdx.x % 32; c < 16 * CHUNKS; c += 32) {
+        const int r = c / CHUNKS, ch = c % CHUNKS;
+        if (r < valid) *reinterpret_cast<uint4*>(dst + r * stride + ch * 8) = *reinterpret_cast<const uint4*>(s + r * (D + ATT_PAD) + ch * 8);
+    }
+}
+
+// ---- forward ----
+
+// q, y, z (B, T, H, D); k, v (B, T, Hkv, D); lse (B, H, T). Grid (B H, ceil(T / 64)), 128 threads.
+// A block owns 64 queries of one head (warp w the 16 rows 16w..16w+15) and walks the 64-key tiles that
+// intersect their window, [q0 - window, q0 + 63], with online softmax; K/V tiles are double-buffered with
+// cp.async so the next tile loads while this one is computed. The diagonal tile comes last, so when XSA
+// is on (z != nullptr) the token's own value rows are still in shared memory for the epilogue:
+// z = y - alpha (y.v / (v.v + eps)) v, computed from the bf16-rounded y (as the unfused op would).
+// Shared memory: Q (64, D + 8), K and V (2, 64, D + 8) bf16 = 45 KB (D = 64), 85 KB (D = 128).
+template <int D>
+__global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(
+        floatX* z, floatX* y, float* lse, const floatX* q, const floatX* k, const floatX* v, int T, int H, int Hkv,
+        int window, float scale, float alpha) {
+    constexpr int BQ = ATT_TILE, BK = ATT_TILE, LD = D + ATT_PAD;
+    extern __shared__ __align__(16) unsigned char attn_smem[];
+    floatX* Qs = reinterpret_cast<floatX*>(attn_smem);  // (BQ, LD)
+    floatX* Ks = Qs + BQ * LD;                           // (2, BK, LD)
+    floatX* Vs = Ks + 2 * BK * LD;                       // (2, BK, LD)
+
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
+    const int b = blockIdx.x / H, h = blockIdx.x % H, kvh = h / (H / Hkv);
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * BQ;  // the last (longest) query tiles start first
+    const size_t qstride = (size_t)H * D, kvstride = (size_t)Hkv * D;
+    const floatX* qb = q + ((size_t)b * T * H + h) * D;  // token i of this (b, h) at qb + i * qstride
+    const floatX* kb = k + ((size_t)b * T * Hkv + kvh) * D;
+    const floatX* vb = v + ((size_t)b * T * Hkv + kvh) * D;
+
+    // key tiles with a key in [q0 - window, q0 + BQ - 1]; tiles entirely outside the window are skipped.
+    // BQ == BK, so the last tile is the diagonal one, k0 == q0.
+    const int kt_lo = max(0, q0 - window) / BK, kt_hi = q0 / BK;
+    attn_load_tile<D, BQ>(Qs, qb + q0 * qstride, qstride, T - q0);
+    attn_load_tile<D, BK>(Ks, kb + (size_t)kt_lo * BK * kvstride, kvstride, T - kt_lo * BK);
+    attn_load_tile<D, BK>(Vs, vb + (size_t)kt_lo * BK * kvstride, kvstride, T - kt_lo * BK);
+    attn_cp_async_commit();
+
+    const float sl2 = scale * ATT_LOG2E;  // exp(scale s) = exp2(sl2 s)
+    const int row0 = q0 + warp * 16 + g;   // this thread's query rows: row0 (C regs 0, 1), row0 + 8 (regs 2, 3)
+    uint32_t qf[D / 16][4];                // the warp's Q rows as A fragments, one per 16-wide k-step
+    float o[D / 8][4];                     // running (unnormalised) output, 16 x D
+    float m[2] = {-INFINITY, -INFINITY};   // running max of the raw scores of rows row0, row0 + 8
+    float l[2] = {0.0f, 0.0f};             // running sum of exp: this thread's columns only (quad-summed at the end)
+#pragma unroll
+    for (int nt = 0; nt < D / 8; nt++) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+
+    for (int kt = kt_lo; kt <= kt_hi; kt++) {
+        const int buf = (kt - kt_lo) & 1, k0 = kt * BK;
+        if (kt < kt_hi) {  // prefetch the next tile into the other buffer (freed by the barrier ending the last iteration)
+            const size_t off = (size_t)(k0 + BK) * kvstride;
+            attn_load_tile<D, BK>(Ks + (buf ^ 1) * BK * LD, kb + off, kvstride, T - k0 - BK);
+            attn_load_tile<D, BK>(Vs + (buf ^ 1) * BK * LD, vb + off, kvstride, T - k0 - BK);
+            attn_cp_async_commit();
+            attn_cp_async_wait<1>();  // this tile (and Q) landed; the prefetch may still be in flight
+        } else {
+            attn_cp_async_wait<0>();
+        }
+        __syncthreads();  // every thread's copies into this buffer are visible
+        if (kt == kt_lo) {
+#pragma unroll
+            for (int ks = 0; ks < D / 16; ks++)
+                attn_ldmatrix_x4(qf[ks], Qs + (warp * 16 + lane % 16) * LD + ks * 16 + (lane / 16) * 8);
+        }
+        const floatX* Kt = Ks + buf * BK * LD;
+        const floatX* Vt = Vs + buf * BK * LD;
+
+        // s (16 x 64) = Q K^T, raw (unscaled) scores
+        float s[BK / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < BK / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks++) {
+#pragma unroll
+            for (int np = 0; np < BK / 16; np++) {
+                uint32_t kf[4];
+                attn_ldmatrix_x4(kf, Kt + (np * 16 + (lane / 16) * 8 + lane % 8) * LD + ks * 16 + ((lane / 8) % 2) * 8);
+                attn_mma(s[2 * np], qf[ks], kf[0], kf[1]);
+                attn_mma(s[2 * np + 1], qf[ks], kf[2], kf[3]);
+            }
+        }
+        // mask keys outside [i - window, i] (only tiles that straddle the diagonal or the window's edge)
+        const int wr0 = q0 + warp * 16;  // the warp's first row
+        if (k0 + BK - 1 > wr0 || k0 < wr0 + 15 - window) {
+#pragma unroll
+            for (int nt = 0; nt < BK / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int i = row0 + (e / 2) * 8, j = k0 + nt * 8 + 2 * c + e % 2;
+                    if (j > i || j < i - window) s[nt][e] = -INFINITY;
+                }
+        }
+        // online softmax: new running max, rescale what was accumulated so far, p = exp(scale (s - max))
+        float mx[2] = {m[0], m[1]};
+#pragma unroll
+        for (int nt = 0; nt < BK / 8; nt++) {
+            mx[0] = fmaxf(mx[0], fmaxf(s[nt][0], s[nt][1]));
+            mx[1] = fmaxf(mx[1], fmaxf(s[nt][2], s[nt][3]));
+        }
+        float msc[2];  // the max in the exp2 domain; 0 while a row has seen no key (avoids -inf - -inf)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));  // a row lives in the 4 lanes of a quad
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            msc[r] = mx[r] == -INFINITY ? 0.0f : mx[r] * sl2;
+            const float corr = exp2f(m[r] * sl2 - msc[r]);  // m = -inf: 0 (nothing accumulated yet)
+            m[r] = mx[r];
+            l[r] *= corr;
+#pragma unroll
+            for (int nt = 0; nt < D / 8; nt++) {
+                o[nt][2 * r] *= corr;
+                o[nt][2 * r + 1] *= corr;
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < BK / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                s[nt][e] = exp2f(fmaf(s[nt][e], sl2, -msc[e / 2]));  // masked: exp2(-inf) = 0
+                l[e / 2] += s[nt][e];
+            }
+        // o (16 x D) += P (16 x 64, bf16) V (64 x D)
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) {
+            const uint32_t pa[4] = {attn_pack_bf16(s[2 * kk][0], s[2 * kk][1]), attn_pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                                    attn_pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                    attn_pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int dp = 0; dp < D / 16; dp++) {
+                uint32_t vf[4];
+                attn_ldmatrix_x4_trans(vf, Vt + (kk * 16 + lane % 16) * LD + dp * 16 + (lane / 16) * 8);
+                attn_mma(o[2 * dp], pa, vf[0], vf[1]);
+                attn_mma(o[2 * dp + 1], pa, vf[2], vf[3]);
+            }
+        }
+        __syncthreads();  // all warps are done with this buffer before the next iteration refills it
+    }
+
+    // epilogue: complete the row sums over the quad, y = o / l, lse = scale max + log(l)
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+    if (c == 0) {
+        float* lse_bh = lse + ((size_t)b * H + h) * T;
+        if (row0 < T) lse_bh[row0] = m[0] * scale + logf(l[0]);
+        if (row0 + 8 < T) lse_bh[row0 + 8] = m[1] * scale + logf(l[1]);
+    }
+    // y goes through the warp's own 16 rows of Qs (only this warp ever read them) for coalesced stores.
+    // Rows >= T may hold l = 0 (inf / NaN): they are never stored.
+    floatX* Ys = Qs + warp * 16 * LD;
+    attn_stage_rows<D>(Ys, o, 1.0f / l[0], 1.0f / l[1]);
+    __syncwarp();
+    const int valid = T - (q0 + warp * 16);
+    floatX* yw = y + ((size_t)b * T * H + h) * D + (size_t)(q0 + warp * 16) * qstride;
+    attn_store_rows<D>(yw, qstride, Ys, valid);
+    if (z != nullptr) {
+        // XSA: one row at a time, lane holding D / 32 elements; the own value row of token i is row
+        // i - q0 of the diagonal tile, the last one loaded (buffer (kt_hi - kt_lo) & 1)
+        const floatX* Vd = Vs + ((kt_hi - kt_lo) & 1) * BK * LD + warp * 16 * LD;
+        floatX* zw = z + ((size_t)b * T * H + h) * D + (size_t)(q0 + warp * 16) * qstride;
+        for (int r = 0; r < 16 && r < valid; r++) {
+            float2 yy[D / 64], vv[D / 64];
+            float sv = 0.0f, nn = 0.0f;
+#pragma unroll
+            for (int e = 0; e < D / 64; e++) {
+                yy[e] = xsa_load2(Ys + r * LD, lane, e);
+                vv[e] = xsa_load2(Vd + r * LD, lane, e);
+                sv += yy[e].x * vv[e].x + yy[e].y * vv[e].y;
+                nn += vv[e].x * vv[e].x + vv[e].y * vv[e].y;
+            }
+            sv = warp_sum(sv);
+            nn = warp_sum(nn);
+            const float coef = alpha * (sv / (nn + XSA_EPS));
+#pragma unroll
+            for (int e = 0; e < D / 64; e++)
+                xsa_store2(zw + r * qstride, lane, e, yy[e].x - coef * vv[e].x, yy[e].y - coef * vv[e].y);
+        }
+    }
+}
+
+// ---- backward ----
+
+// delta (B, H, T) = rowsum(dy * y) in fp32; dy, y (B, T, H, D). One warp per (token, head) row.
+template <int D>
+__global__ void attention_delta_kernel(float* delta, const floatX* dy, const floatX* y, size_t rows, int T, int H) {
+    const int lane = threadIdx.x % 32;
+    const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // = token * H + head
+    if (row >= rows) return;
+    float acc = 0.0f;
+#pragma unroll
+    for (int e = 0; e < D / 64; e++) {
+        const float2 a = xsa_load2(dy + row * D, lane, e), bb = xsa_load2(y + row * D, lane, e);
+        acc += a.x * bb.x + a.y * bb.y;
+    }
+    acc = warp_sum(acc);
+    const size_t n = row / H, h = row % H, b = n / T, t = n % T;
+    if (lane == 0) delta[(b * H + h) * T + t] = acc;
+}
+
+// dq (B, T, H, D) = scale sum_j dS_ij k_j with dS = P (dy v^T - delta), P recomputed from lse.
+// Grid (B H, ceil(T / 64)), 128 threads; a block owns the dq rows of 64 queries of one head and walks the
+// same key tiles as the forward (K/V double-buffered). Warp w: query rows 16w..16w+15; its Q and dY A
+// fragments are re-read from shared memory per k-step (holding them would cost 64 more registers at D = 128).
+// Shared memory: Q, dY (64, D + 8), K, V (2, 64, D + 8) bf16 = 54 KB (D = 64), 102 KB (D = 128).
+template <int D>
+__global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_kernel(
+        floatX* dq, const floatX* dy, const floatX* q, const floatX* k, const floatX* v, const float* lse,
+        const float* delta, int T, int H, int Hkv, int window, float scale) {
+    constexpr int BQ = ATT_TILE, BK = ATT_TILE, LD = D + ATT_PAD;
+    extern __shared__ __align__(16) unsigned char attn_smem[];
+    floatX* Qs = reinterpret_cast<floatX*>(attn_smem);  // (BQ, LD)
+    floatX* dYs = Qs + BQ * LD;                          // (BQ, LD)
+    floatX* Ks = dYs + BQ * LD;                          // (2, BK, LD)
+    floatX* Vs = Ks + 2 * BK * LD;                       // (2, BK, LD)
+
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
+    const int b = blockIdx.x / H, h = blockIdx.x % H, kvh = h / (H / Hkv);
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * BQ;
+    const size_t qstride = (size_t)H * D, kvstride = (size_t)Hkv * D;
+    const size_t qoff = ((size_t)b * T * H + h) * D;  // token i of this (b, h) at qoff + i * qstride
+    const floatX* kb = k + ((size_t)b * T * Hkv + kvh) * D;
+    const floatX* vb = v + ((size_t)b * T * Hkv + kvh) * D;
+
+    const int kt_lo = max(0, q0 - window) / BK, kt_hi = q0 / BK;
+    attn_load_tile<D, BQ>(Qs, q + qoff + q0 * qstride, qstride, T - q0);
+    attn_load_tile<D, BQ>(dYs, dy + qoff + q0 * qstride, qstride, T - q0);
+    attn_load_tile<D, BK>(Ks, kb + (size_t)kt_lo * BK * kvstride, kvstride, T - kt_lo * BK);
+    attn_load_tile<D, BK>(Vs, vb + (size_t)kt_lo * BK * kvstride, kvstride, T - kt_lo * BK);
+    attn_cp_async_commit();
+
+    const float sl2 = scale * ATT_LOG2E;
+    const int row0 = q0 + warp * 16 + g;
+    float lse2[2], dlt[2];  // lse in the exp2 domain and delta of rows row0, row0 + 8 (0 past T: never stored)
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int i = row0 + 8 * r;
+        lse2[r] = i < T ? lse[((size_t)b * H + h) * T + i] * ATT_LOG2E : 0.0f;
+        dlt[r] = i < T ? delta[((size_t)b * H + h) * T + i] : 0.0f;
+    }
+    const floatX* Qw = Qs + warp * 16 * LD;  // the warp's rows
+    const floatX* dYw = dYs + warp * 16 * LD;
+    float acc[D / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < D / 8; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+
+    for (int kt = kt_lo; kt <= kt_hi; kt++) {
+        const int buf = (kt - kt_lo) & 1, k0 = kt * BK;
+        if (kt < kt_hi) {
+            const size_t off = (size_t)(k0 + BK) * kvstride;
+            attn_load_tile<D, BK>(Ks + (buf ^ 1) * BK * LD, kb + off, kvstride, T - k0 - BK);
+            attn_load_tile<D, BK>(Vs + (buf ^ 1) * BK * LD, vb + off, kvstride, T - k0 - BK);
+            attn_cp_async_commit();
+            attn_cp_async_wait<1>();
+        } else {
+            attn_cp_async_wait<0>();
+        }
+        __syncthreads();
+        const floatX* Kt = Ks + buf * BK * LD;
+        const floatX* Vt = Vs + buf * BK * LD;
+
+        // s = Q K^T and dp = dY V^T (16 x 64 each)
+        float s[BK / 8][4], dp[BK / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < BK / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks++) {
+            uint32_t qa[4], da[4];
+            attn_ldmatrix_x4(qa, Qw + (lane % 16) * LD + ks * 16 + (lane / 16) * 8);
+            attn_ldmatrix_x4(da, dYw + (lane % 16) * LD + ks * 16 + (lane / 16) * 8);
+#pragma unroll
+            for (int np = 0; np < BK / 16; np++) {
+                const int off = (np * 16 + (lane / 16) * 8 + lane % 8) * LD + ks * 16 + ((lane / 8) % 2) * 8;
+                uint32_t kf[4], vf[4];
+                attn_ldmatrix_x4(kf, Kt + off);
+                attn_ldmatrix_x4(vf, Vt + off);
+                attn_mma(s[2 * np], qa, kf[0], kf[1]);
+                attn_mma(s[2 * np + 1], qa, kf[2], kf[3]);
+                attn_mma(dp[2 * np], da, vf[0], vf[1]);
+                attn_mma(dp[2 * np + 1], da, vf[2], vf[3]);
+            }
+        }
+        // dS = P (dP - delta), P = exp(scale s - lse), 0 outside the window (kept in s)
+        const int wr0 = q0 + warp * 16;
+        const bool need_mask = k0 + BK - 1 > wr0 || k0 < wr0 + 15 - window;
+#pragma unroll
+        for (int nt = 0; nt < BK / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = row0 + (e / 2) * 8, j = k0 + nt * 8 + 2 * c + e % 2;
+                const bool masked = need_mask && (j > i || j < i - window);
+                const float p = masked ? 0.0f : exp2f(fmaf(s[nt][e], sl2, -lse2[e / 2]));
+                s[nt][e] = p * (dp[nt][e] - dlt[e / 2]);
+            }
+        // acc (16 x D) += dS (16 x 64, bf16) K (64 x D)
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) {
+            const uint32_t sa[4] = {attn_pack_bf16(s[2 * kk][0], s[2 * kk][1]), attn_pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                                    attn_pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                    attn_pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int dp2 = 0; dp2 < D / 16; dp2++) {
+                uint32_t kf[4];
+                attn_ldmatrix_x4_trans(kf, Kt + (kk * 16 + lane % 16) * LD + dp2 * 16 + (lane / 16) * 8);
+                attn_mma(acc[2 * dp2], sa, kf[0], kf[1]);
+                attn_mma(acc[2 * dp2 + 1], sa, kf[2], kf[3]);
+            }
+        }
+        __syncthreads();
+    }
+
+    // dq = scale acc, staged in the warp's own Q rows (only this warp read them) for coalesced stores
+    floatX* St = Qs + warp * 16 * LD;
+    attn_stage_rows<D>(St, acc, scale, scale);
+    __syncwarp();
+    attn_store_rows<D>(dq + qoff + (size_t)(q0 + warp * 16) * qstride, qstride, St, T - (q0 + warp * 16));
+}
+
+// dk (B, T, Hkv, D) = scale sum_{h in group, i} dS_ij q_i;  dv = sum_{h, i} P_ij dy_i (+ dv_extra, fp32
+// (B, T, Hkv, D), when XSA is fused: its self-position term). Grid (B Hkv, ceil(T / 64)), 128 threads.
+// A block owns 64 keys of one kv head (warp w: keys 16w..16w+15) and visits, in a fixed order, every query
+// head of the group and every query tile of BQ rows that sees those keys ([k0, k0 + 63 + window]):
+// s^T = K Q^T, dp^T = V dY^T (keys x queries), P^T from lse, dS^T = P^T (dp^T - delta); dv += P^T dY,
+// dk += dS^T Q. Q, dY, lse and delta are double-buffered. BQ = 32 at D = 128 keeps the two 16 x D fp32
+// accumulators plus both score tiles within the register file (64 + 64 + 16 + 16 per thread).
+// Shared memory: K, V (64, D + 8), Q, dY (2, BQ, D + 8) bf16, lse, delta (2, BQ) fp32 = 55 KB (D = 64),
+// 69 KB (D = 128).
+template <int D>
+__global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_kernel(
+        floatX* dk, floatX* dv, const floatX* dy, const floatX* q, const floatX* k, const floatX* v,
+        const float* lse, const float* delta, const float* dv_extra, int T, int H, int Hkv, int window,
+        float scale) {
+    constexpr int BK = ATT_TILE, BQ = D == 64 ? 64 : 32, LD = D + ATT_PAD;
+    extern __shared__ __align__(16) unsigned char attn_smem[];
+    floatX* Ks = reinterpret_cast<floatX*>(attn_smem);  // (BK, LD)
+    floatX* Vs = Ks + BK * LD;                           // (BK, LD)
+    floatX* Qs = Vs + BK * LD;                           // (2, BQ, LD)
+    floatX* dYs = Qs + 2 * BQ * LD;                      // (2, BQ, LD)
+    float* Ls = reinterpret_cast<float*>(dYs + 2 * BQ * LD);  // (2, BQ) lse in the exp2 domain
+    float* Ds = Ls + 2 * BQ;                                  // (2, BQ) delta
+
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
+    const int b = blockIdx.x / Hkv, kvh = blockIdx.x % Hkv, group = H / Hkv;
+    const int k0 = blockIdx.y * BK;  // the first key tiles see the most queries: they start first
+    const size_t qstride = (size_t)H * D, kvstride = (size_t)Hkv * D;
+    const size_t kvoff = ((size_t)b * T * Hkv + kvh) * D + (size_t)k0 * kvstride;  // this block's first key
+
+    const int qt_lo = k0 / BQ, qt_hi = min(T - 1, k0 + BK - 1 + window) / BQ;
+    const int nq = qt_hi - qt_lo + 1, iters = group * nq;  // iteration it: head kvh group + it / nq, tile qt_lo + it % nq
+    // starts the loads of iteration it into buffer buf: Q and dY rows async, lse and delta by plain stores
+    auto load_iter = [&](int it, int buf) {
+        const int h = kvh * group + it / nq, i0 = (qt_lo + it % nq) * BQ;
+        const size_t qoff = ((size_t)b * T * H + h) * D + (size_t)i0 * qstride;
+        attn_load_tile<D, BQ>(Qs + buf * BQ * LD, q + qoff, qstride, T - i0);
+        attn_load_tile<D, BQ>(dYs + buf * BQ * LD, dy + qoff, qstride, T - i0);
+        for (int r = threadIdx.x; r < BQ; r += ATT_THREADS) {
+            const size_t idx = ((size_t)b * H + h) * T + i0 + r;
+            Ls[buf * BQ + r] = i0 + r < T ? lse[idx] * ATT_LOG2E : 0.0f;
+            Ds[buf * BQ + r] = i0 + r < T ? delta[idx] : 0.0f;
+        }
+    };
+    attn_load_tile<D, BK>(Ks, k + kvoff, kvstride, T - k0);
+    attn_load_tile<D, BK>(Vs, v + kvoff, kvstride, T - k0);
+    load_iter(0, 0);
+    attn_cp_async_commit();
+
+    const float sl2 = scale * ATT_LOG2E;
+    const int key0 = k0 + warp * 16 + g;  // this thread's key rows: key0 (C regs 0, 1), key0 + 8 (regs 2, 3)
+    const floatX* Kw = Ks + warp * 16 * LD;  // the warp's key rows (A operands)
+    const floatX* Vw = Vs + warp * 16 * LD;
+    float dka[D / 8][4], dva[D / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < D / 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dka[nt][e] = dva[nt][e] = 0.0f;
+
+    for (int it = 0; it < iters; it++) {
+        const int buf = it & 1, i0 = (qt_lo + it % nq) * BQ;
+        if (it + 1 < iters) {
+            load_iter(it + 1, buf ^ 1);
+            attn_cp_async_commit();
+            attn_cp_async_wait<1>();
+        } else {
+            attn_cp_async_wait<0>();
+        }
+        __syncthreads();
+        const floatX* Qt = Qs + buf * BQ * LD;
+        const floatX* dYt = dYs + buf * BQ * LD;
+        const float* Lt = Ls + buf * BQ;
+        const float* Dt = Ds + buf * BQ;
+
+        // st = K Q^T and dpt = V dY^T (16 keys x BQ queries each)
+        float st[BQ / 8][4], dpt[BQ / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < BQ / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) st[nt][e] = dpt[nt][e] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks++) {
+            uint32_t ka[4], va[4];
+            attn_ldmatrix_x4(ka, Kw + (lane % 16) * LD + ks * 16 + (lane / 16) * 8);
+            attn_ldmatrix_x4(va, Vw + (lane % 16) * LD + ks * 16 + (lane / 16) * 8);
+#pragma unroll
+            for (int np = 0; np < BQ / 16; np++) {
+                const int off = (np * 16 + (lane / 16) * 8 + lane % 8) * LD + ks * 16 + ((lane / 8) % 2) * 8;
+                uint32_t qf[4], df[4];
+                attn_ldmatrix_x4(qf, Qt + off);
+                attn_ldmatrix_x4(df, dYt + off);
+                attn_mma(st[2 * np], ka, qf[0], qf[1]);
+                attn_mma(st[2 * np + 1], ka, qf[2], qf[3]);
+                attn_mma(dpt[2 * np], va, df[0], df[1]);
+                attn_mma(dpt[2 * np + 1], va, df[2], df[3]);
+            }
+        }
+        // P^T into st, dS^T into dpt; key j sees query i iff i < T and i - window <= j <= i
+#pragma unroll
+        for (int nt = 0; nt < BQ / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int col = nt * 8 + 2 * c + e % 2, i = i0 + col, j = key0 + (e / 2) * 8;
+                const bool ok = i < T && j <= i && j >= i - window;
+                const float p = ok ? exp2f(fmaf(st[nt][e], sl2, -Lt[col])) : 0.0f;
+                st[nt][e] = p;
+                dpt[nt][e] = p * (dpt[nt][e] - Dt[col]);
+            }
+        // dva (16 x D) += P^T (16 x BQ, bf16) dY (BQ x D);  dka += dS^T Q
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) {
+            const uint32_t pa[4] = {attn_pack_bf16(st[2 * kk][0], st[2 * kk][1]), attn_pack_bf16(st[2 * kk][2], st[2 * kk][3]),
+                                    attn_pack_bf16(st[2 * kk + 1][0], st[2 * kk + 1][1]),
+                                    attn_pack_bf16(st[2 * kk + 1][2], st[2 * kk + 1][3])};
+            const uint32_t sa[4] = {attn_pack_bf16(dpt[2 * kk][0], dpt[2 * kk][1]), attn_pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]),
+                                    attn_pack_bf16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
+                                    attn_pack_bf16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+#pragma unroll
+            for (int dp2 = 0; dp2 < D / 16; dp2++) {
+                const int off = (kk * 16 + lane % 16) * LD + dp2 * 16 + (lane / 16) * 8;
+                uint32_t df[4], qf[4];
+                attn_ldmatrix_x4_trans(df, dYt + off);
+                attn_ldmatrix_x4_trans(qf, Qt + off);
+                attn_mma(dva[2 * dp2], pa, df[0], df[1]);
+                attn_mma(dva[2 * dp2 + 1], pa, df[2], df[3]);
+                attn_mma(dka[2 * dp2], sa, qf[0], qf[1]);
+                attn_mma(dka[2 * dp2 + 1], sa, qf[2], qf[3]);
+            }
+        }
+        __syncthreads();
+    }
+
+    // XSA's self-position dv term, fp32, added before the single rounding to bf16
+    if (dv_extra != nullptr) {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int j = key0 + 8 * r;
+            if (j >= T) continue;
+            const float* ex = dv_extra + ((size_t)b * T * Hkv + kvh) * D + (size_t)j * kvstride;
+#pragma unroll
+            for (int nt = 0; nt < D / 8; nt++) {
+                const float2 add = *reinterpret_cast<const float2*>(ex + nt * 8 + 2 * c);
+                dva[nt][2 * r] += add.x;
+                dva[nt][2 * r + 1] += add.y;
+            }
+        }
+    }
+    // dk, dv staged in the warp's own K and V rows (only this warp read them), then coalesced stores
+    floatX* Kst = Ks + warp * 16 * LD;
+    floatX* Vst = Vs + warp * 16 * LD;
+    attn_stage_rows<D>(Kst, dka, scale, scale);
+    attn_stage_rows<D>(Vst, dva, 1.0f, 1.0f);
+    __syncwarp();
+    const size_t woff = kvoff + (size_t)(warp * 16) * kvstride;
+    attn_store_rows<D>(dk + woff, kvstride, Kst, T - (k0 + warp * 16));
+    attn_store_rows<D>(dv + woff, kvstride, Vst, T - (k0 + warp * 16));
+}
+
+// ---- launchers ----
+
+static inline void attention_check_shape(int T, int H, int Hkv, int D, int window, const char* who) {
+    if (D != 64 && D != 128) fail("%s: head_dim %d is not supported (64 or 128)", who, D);
+    if (Hkv <= 0 || H % Hkv != 0) fail("%s: %d query heads are not a multiple of %d kv heads", who, H, Hkv);
+    if (T <= 0 || window < 0) fail("%s: T = %d, window = %d", who, T, window);
+    if ((T + ATT_TILE - 1) / ATT_TILE > 65535) fail("%s: T = %d needs more than 65535 tiles", who, T);
+}
+
+// dynamic shared memory of each kernel (bytes)
+static inline int attention_forward_smem(int D) { return 5 * ATT_TILE * (D + ATT_PAD) * (int)sizeof(floatX); }
+static inline int attention_dq_smem(int D) { return 6 * ATT_TILE * (D + ATT_PAD) * (int)sizeof(floatX); }
+static inline int attention_dkdv_smem(int D) {
+    const int bq = D == 64 ? 64 : 32;
+    return (2 * ATT_TILE + 4 * bq) * (D + ATT_PAD) * (int)sizeof(floatX) + 4 * bq * (int)sizeof(float);
+}
+
+// Scratch of the backward, in floats: delta (B, H, T); with XSA fused also dy (B, T, H, D) bf16 and the
+// self-position dv term (B, T, Hkv, D) fp32. Layout: [dy | dv_extra | delta], dy first so all start
+// 16-byte aligned.
+static inline size_t attention_backward_scratch_floats(int B, int T, int H, int Hkv, int D, bool xsa) {
+    const size_t delta = (size_t)B * H * T;
+    if (!xsa) return delta;
+    return (size_t)B * T * H * D / 2 + (size_t)B * T * Hkv * D + delta;
+}
+
+// forward: y (B, T, H, D), lse (B, H, T); z (B, T, H, D) = XSA of y when z != nullptr
+template <int D>
+static void attention_forward_launch(floatX* z, floatX* y, float* lse, const floatX* q, const floatX* k,
+                                     const floatX* v, int B, int T, int H, int Hkv, int window, float alpha,
+                                     cudaStream_t stream) {
+    const int smem = attention_forward_smem(D);
+    static bool once = [&] {  // > 48 KB of dynamic shared memory must be opted into, once per kernel
+        cudaCheck(cudaFuncSetAttribute(attention_forward_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        return true;
+    }();
+    (void)once;
+    const dim3 grid(B * H, ceil_div(T, ATT_TILE));
+    attention_forward_kernel<D><<<grid, ATT_THREADS, smem, stream>>>(z, y, lse, q, k, v, T, H, Hkv, window,
+                                                                     1.0f / sqrtf((float)D), alpha);
+    cudaCheckLaunch();
+}
+
+// backward given dy (B, T, H, D) and delta (B, H, T): dq, dk, dv =
+template <int D>
+static void attention_backward_launch(floatX* dq, floatX* dk, floatX* dv, const floatX* dy, const floatX* q,
+                                      const floatX* k, const floatX* v, const float* lse, const float* delta,
+                                      const float* dv_extra, int B, int T, int H, int Hkv, int window,
+                                      cudaStream_t stream) {
+    const int smem_dq = attention_dq_smem(D), smem_dkdv = attention_dkdv_smem(D);
+    static bool once = [&] {
+        cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_dq));
+        cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_dkdv));
+        return true;
+    }();
+    (void)once;
+    const float scale = 1.0f / sqrtf((float)D);
+    const dim3 grid_kv(B * Hkv, ceil_div(T, ATT_TILE)), grid_q(B * H, ceil_div(T, ATT_TILE));
+    attention_backward_dkdv_kernel<D><<<grid_kv, ATT_THREADS, smem_dkdv, stream>>>(dk, dv, dy, q, k, v, lse, delta, dv_extra,
+                                                                                  T, H, Hkv, window, scale);
+    cudaCheckLaunch();
+    attention_backward_dq_kernel<D><<<grid_q, ATT_THREADS, smem_dq, stream>>>(dq, dy, q, k, v, lse, delta, T, H, Hkv,
+                                                                              window, scale);
+    cudaCheckLaunch();
+}
+
+// q, y (B, T, H, D); k, v (B, T, Hkv, D); lse (B, H, T). Pointers 16-byte aligned.
+static inline void attention_forward_cuda(floatX* y, float* lse, const floatX* q, const floatX* k, const floatX* v,
+                                          int B, int T, int H, int Hkv, int D, int window, cudaStream_t stream) {
+    attention_check_shape(T, H, Hkv, D, window, "attention_forward_cuda");
+    window = std::min(window, T);  // a window past T changes nothing, and keeps k0 + window from overflowing
+    if (D == 64) attention_forward_launch<64>(nullptr, y, lse, q, k, v, B, T, H, Hkv, window, 0.0f, stream);
+    else attention_forward_launch<128>(nullptr, y, lse, q, k, v, B, T, H, Hkv, window, 0.0f, stream);
+}
+
+// as attention_forward_cuda, plus z (B, T, H, D) = y - alpha proj_v(y) with the token's own v (y kept)
+static inline void attention_forward_xsa_cuda(floatX* z, floatX* y, float* lse, const floatX* q, const floatX* k,
+                                              const floatX* v, int B, int T, int H, int Hkv, int D, int window,
+                                              float alpha, cudaStream_t stream) {
+    attention_check_shape(T, H, Hkv, D, window, "attention_forward_xsa_cuda");
+    window = std::min(window, T);
+    if (D == 64) attention_forward_launch<64>(z, y, lse, q, k, v, B, T, H, Hkv, window, alpha, stream);
+    else attention_forward_launch<128>(z, y, lse, q, k, v, B, T, H, Hkv, window, alpha, stream);
+}
+
+// dy, q, y (B, T, H, D); k, v (B, T, Hkv, D); lse (B, H, T) -> dq (B, T, H, D), dk, dv (B, T, Hkv, D),
+// all OVERWRITTEN. scratch: attention_backward_scratch_floats(B, T, H, Hkv, D, false) floats.
+static inline void attention_backward_cuda(floatX* dq, floatX* dk, floatX* dv, const floatX* dy, const floatX* q,
+                                           const floatX* k, const floatX* v, const floatX* y, const float* lse,
+                                           int B, int T, int H, int Hkv, int D, int window, float* scratch,
+                                           cudaStream_t stream) {
+    attention_check_shape(T, H, Hkv, D, window, "attention_backward_cuda");
+    window = std::min(window, T);
+    float* delta = scratch;
+    const size_t rows = (size_t)B * T * H;
+    const int grid = ceil_div((long)rows, 8);
+    if (D == 64) {
+        attention_delta_kernel<64><<<grid, 256, 0, stream>>>(delta, dy, y, rows, T, H);
+        cudaCheckLaunch();
+        attention_backward_launch<64>(dq, dk, dv, dy, q, k, v, lse, delta, nullptr, B, T, H, Hkv, window, stream);
+    } else {
+        attention_delta_kernel<128><<<grid, 256, 0, stream>>>(delta, dy, y, rows, T, H);
+        cudaCheckLaunch();
+        attention_backward_launch<128>(dq, dk, dv, dy, q, k, v, lse, delta, nullptr, B, T, H, Hkv, window, stream);
+    }
+}
+
+// The fused XSA backward: dz (B, T, H, D) is dL/dz; y the attention output the forward kept. The
+// preprocessing (xsa_backward_kernel, one warp per (token, kv head)) writes dy = dz - alpha (u/n) v to
+// scratch (bf16), delta = rowsum(dy y), and the XSA self-position dv term (fp32); the dK/dV kernel adds
+// that term to its accumulator before rounding. dq, dk, dv OVERWRITTEN.
+// scratch: attention_backward_scratch_floats(B, T, H, Hkv, D, true) floats.
+static inline void attention_backward_xsa_cuda(floatX* dq, floatX* dk, floatX* dv, const floatX* dz, const floatX* q,
+                                               const floatX* k, const floatX* v, const floatX* y, const float* lse,
+                                               int B, int T, int H, int Hkv, int D, int window, float alpha,
+                                               float* scratch, cudaStream_t stream) {
+    attention_check_shape(T, H, Hkv, D, window, "attention_backward_xsa_cuda");
+    window = std::min(window, T);
+    const size_t tokens = (size_t)B * T;
+    floatX* dy = reinterpret_cast<floatX*>(scratch);
+    float* dv_extra = scratch + tokens * H * D / 2;
+    float* delta = dv_extra + tokens * Hkv * D;
+    const int grid = ceil_div((long)(tokens * Hkv), 8);
+    if (D == 64) {
+        xsa_backward_kernel<64, true><<<grid, 256, 0, stream>>>(dy, nullptr, dv_extra, delta, dz, y, v, tokens, T, H, Hkv, alpha);
+        cudaCheckLaunch();
+        attention_backward_launch<64>(dq, dk, dv, dy, q, k, v, lse, delta, dv_extra, B, T, H, Hkv, window, stream);
+    } else {
+        xsa_backward_kernel<128, true><<<grid, 256, 0, stream>>>(dy, nullptr, dv_extra, delta, dz, y, v, tokens, T, H, Hkv, alpha);
+        cudaCheckLaunch();
+        attention_backward_launch<128>(dq, dk, dv, dy, q, k, v, lse, delta, dv_extra, B, T, H, Hkv, window, stream);
+    }
+}
+
+#endif  // __CUDACC__

@@ -43,4 +43,174 @@ static inline void softcap_crossentropy_backward_cpu(float* logits, const int* t
     }
 }
 
-// CUDA backend: the fused classifier kernel comes with issue #6.
+// ----------------------------------------------------------------------------------------------------
+// CUDA backend (issue #6; API in dev/cuda/API.md)
+//
+// One block per row of logits (V up to 65536 and beyond, any V). All math in fp32; the logits are bf16 in
+// memory. A row is walked in 16-byte chunks of 8 bf16 where its alignment allows (a row starts at n*V*2
+// bytes, so for odd V the aligned body is found per row), element by element in the unaligned head and
+// the tail. Each thread keeps an online (max, sum of exp(x - max)) pair over the elements it owns; the
+// pairs are merged in a fixed butterfly/warp order, so the result is deterministic.
+//   forward:  one pass: read raw, write capped, accumulate (max, sum) of the fp32 capped values; the loss
+//             uses the fp32 capped values (as PyTorch does after logits.float()), not the bf16 stored ones.
+//   backward: two passes over the stored capped row: (max, sum), then the gradient written in place (the
+//             second read mostly hits L2: a row is at most a few hundred KB).
+// Differences from the CPU twin: the CPU sums exp in double; the stored capped logits are bf16, so the
+// backward's softmax sees logits rounded to bf16 (|error| <= 2^-9 relative, as in llm.c).
+
+#ifdef __CUDACC__
+#include "cuda_common.cuh"
+
+static const int LOSS_THREADS = 512;
+
+// online softmax statistics: (m, s) with s = sum exp(x - m)
+struct LossLse {
+    float m, s;
+};
+
+__device__ __forceinline__ void loss_lse_add(LossLse& a, float x) {
+    if (x > a.m) {
+        a.s = a.s * expf(a.m - x) + 1.0f;  // m = -inf on the first element: expf(-inf) = 0
+        a.m = x;
+    } else {
+        a.s += expf(x - a.m);  // NaN x lands here and poisons s, so a NaN logit gives a NaN loss
+    }
+}
+
+__device__ __forceinline__ LossLse loss_lse_merge(LossLse a, LossLse b) {
+    float m = fmaxf(a.m, b.m);
+    if (m == -INFINITY) return a;  // both empty
+    return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+
+// merge over the block, fixed order (butterfly in each warp, then warp 0 over the warps); every thread
+// gets the result. blockDim.x a multiple of 32.
+__device__ __forceinline__ LossLse loss_lse_block(LossLse v) {
+    __shared__ float shm[32], shs[32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        LossLse o = {__shfl_xor_sync(0xffffffffu, v.m, offset), __shfl_xor_sync(0xffffffffu, v.s, offset)};
+        v = loss_lse_merge(v, o);
+    }
+    __syncthreads();  // shm/shs may still be read by a previous call
+    if (lane == 0) { shm[warp] = v.m; shs[warp] = v.s; }
+    __syncthreads();
+    v = lane < warps ? LossLse{shm[lane], shs[lane]} : LossLse{-INFINITY, 0.0f};
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        LossLse o = {__shfl_xor_sync(0xffffffffu, v.m, offset), __shfl_xor_sync(0xffffffffu, v.s, offset)};
+        v = loss_lse_merge(v, o);
+    }
+    return v;
+}
+
+// Walk a bf16 row of V elements with the whole block: f(index, value) returns the value to store when
+// WRITE. The element -> thread mapping depends only on V and the row's alignment, so a second walk of the
+// same row gives every thread the same elements (each thread rewrites only what it read itself).
+template <bool WRITE, typename F>
+__device__ __forceinline__ void loss_row_walk(floatX* row, int V, F f) {
+    int head = (int)(((16 - ((uintptr_t)row & 15)) & 15) / 2);  // elements before the first 16-byte boundary
+    if (head > V) head = V;
+    const int nvec = (V - head) / 8, tail = head + nvec * 8;
+    for (int c = threadIdx.x; c < nvec; c += blockDim.x) {
+        uint4* p = reinterpret_cast<uint4*>(row + head) + c;
+        uint4 packed = *p;
+        floatX* x = reinterpret_cast<floatX*>(&packed);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float y = f(head + c * 8 + j, to_float(x[j]));
+            if (WRITE) x[j] = to_floatX(y);
+        }
+        if (WRITE) *p = packed;
+    }
+    // unaligned head [0, head) and tail [tail, V): at most 7 + 7 elements, spread over the threads
+    const int extra = head + (V - tail);
+    for (int e = threadIdx.x; e < extra; e += blockDim.x) {
+        int i = e < head ? e : tail + (e - head);
+        float y = f(i, to_float(row[i]));
+        if (WRITE) row[i] = to_floatX(y);
+    }
+}
+
+// logits (N, V) bf16 in place raw -> cap tanh(raw / cap); losses (N) fp32 = logsumexp(capped) - capped[target]
+// grid N blocks of LOSS_THREADS
+__global__ void __launch_bounds__(LOSS_THREADS) softcap_crossentropy_forward_kernel(float* losses, floatX* logits,
+                                                                                     const int* targets, int V, float cap) {
+    floatX* row = logits + (size_t)blockIdx.x * V;
+    const int target = targets[blockIdx.x];
+    float raw_target = 0.0f;
+    if (threadIdx.x == 0) raw_target = to_float(row[target]);
+    __syncthreads();  // read before any thread overwrites it with its capped value
+    LossLse acc = {-INFINITY, 0.0f};
+    loss_row_walk<true>(row, V, [&](int, float x) {
+        float c = cap * tanhf(x / cap);
+        loss_lse_add(acc, c);
+        return c;
+    });
+    acc = loss_lse_block(acc);
+    // the same expression as in the walk, so the target term is exactly the summed element
+    if (threadIdx.x == 0) losses[blockIdx.x] = logf(acc.s) + acc.m - cap * tanhf(raw_target / cap);
+}
+
+// logits (N, V) bf16 in place: capped -> (softmax - onehot(target)) grad_scale (1 - (capped / cap)^2)
+// grid N blocks of LOSS_THREADS
+__global__ void __launch_bounds__(LOSS_THREADS) softcap_crossentropy_backward_kernel(floatX* logits, const int* targets,
+                                                                                      int V, float cap, float grad_scale) {
+    floatX* row = logits + (size_t)blockIdx.x * V;
+    const int target = targets[blockIdx.x];
+    LossLse acc = {-INFINITY, 0.0f};
+    loss_row_walk<false>(row, V, [&](int, float x) {
+        loss_lse_add(acc, x);
+        return x;
+    });
+    acc = loss_lse_block(acc);  // ends with barriers: every read of pass 1 is done before pass 2 writes
+    const float m = acc.m, inv_sum = 1.0f / acc.s;
+    loss_row_walk<true>(row, V, [&](int i, float x) {
+        float t = x / cap;
+        float p = expf(x - m) * inv_sum;
+        float indicator = i == target ? 1.0f : 0.0f;
+        return (p - indicator) * grad_scale * (1.0f - t * t);
+    });
+}
+
+// logits (n) bf16 in place raw -> cap tanh(raw / cap); 8 elements per thread, 16-byte accesses when aligned
+__global__ void softcap_kernel(floatX* logits, size_t n, float cap, bool vec) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i >= n) return;
+    if (vec && i + 8 <= n) {
+        uint4 packed = *reinterpret_cast<uint4*>(logits + i);
+        floatX* x = reinterpret_cast<floatX*>(&packed);
+#pragma unroll
+        for (int j = 0; j < 8; j++) x[j] = to_floatX(cap * tanhf(to_float(x[j]) / cap));
+        *reinterpret_cast<uint4*>(logits + i) = packed;
+    } else {
+        size_t end = i + 8 < n ? i + 8 : n;
+        for (size_t j = i; j < end; j++) logits[j] = to_floatX(cap * tanhf(to_float(logits[j]) / cap));
+    }
+}
+
+// losses (N) fp32; logits (N, V) bf16, raw -> capped in place; targets (N) in [0, V)
+static inline void softcap_crossentropy_forward_cuda(float* losses, floatX* logits, const int* targets, size_t N, int V,
+                                                     float cap, cudaStream_t stream) {
+    if (N == 0) return;
+    if (V <= 0) fail("softcap_crossentropy_forward_cuda: V = %d", V);
+    softcap_crossentropy_forward_kernel<<<(unsigned)N, LOSS_THREADS, 0, stream>>>(losses, logits, targets, V, cap);
+    cudaCheckLaunch();
+}
+
+// logits (N, V) bf16, capped -> dL/d(raw logits) in place, for L = grad_scale * sum_n losses[n]
+static inline void softcap_crossentropy_backward_cuda(floatX* logits, const int* targets, size_t N, int V, float cap,
+                                                      float grad_scale, cudaStream_t stream) {
+    if (N == 0) return;
+    if (V <= 0) fail("softcap_crossentropy_backward_cuda: V = %d", V);
+    softcap_crossentropy_backward_kernel<<<(unsigned)N, LOSS_THREADS, 0, stream>>>(logits, targets, V, cap, grad_scale);
+    cudaCheckLaunch();
+}
+
+// inference: logits (n) bf16 in place raw -> capped
+static inline void softcap_cuda(floatX* logits, size_t n, float cap, cudaStream_t stream) {
+    if (n == 0) return;
+    const int threads = 256;
+    softcap_kernel<<<ceil_div((long)ceil_div((long)n, 8), threads), threads, 0, stream>>>(logits, n, cap, (uintptr_t)logits % 16 == 0);
+    cudaCheckLaunch();
+}
+#endif  // __CUDACC__

@@ -292,4 +292,259 @@ static inline void matmul_backward_cpu(float* dinp, float* dweight, const float*
     if (dweight != nullptr) { gemm_cpu(dweight, dout, inp, N, K, M, N, K, K, true, false, true); }
 }
 
-// CUDA backend: see issue #6
+// ----------------------------------------------------------------------------
+// CUDA (issue #6; API in dev/cuda/API.md)
+//
+// Every GEMM of the CUDA backend goes through cuBLASLt with bf16 operands, fp32 accumulation (compute
+// type CUBLAS_COMPUTE_32F, fp32 alpha/beta), and a bf16 or fp32 result. All matrices are row-major, as
+// on the CPU side; cuBLASLt is column-major, so a row-major (R, C) matrix is handed over as the
+// column-major (C, R) matrix with the same bytes, and the product is computed transposed:
+//   D (M, N) = op(A) (M, K) @ op(B) (K, N)   <=>   D^T (N, M) = op(B)^T (N, K) @ op(A)^T (K, M)
+// i.e. cuBLASLt's first operand is our B and its second our A, with m = N, n = M, k = K.
+//
+// Plans (matmul descriptor, the A/B/C/D layouts and the algorithm from the heuristic) are cached per
+// key = (M, N, K, transposes, output dtype, batch count and strides, C == D, the alignment of every
+// pointer, the allowed reduction schemes). Building a plan costs a heuristic query (tens of us); after the
+// first step every call is a map lookup plus cublasLtMatmul, and nothing is allocated.
+//
+// Determinism. cuBLAS documents run-to-run bitwise reproducibility for a given toolkit, architecture and
+// SM count when the caller owns the workspace and one stream is active (we own the workspace; every
+// matmul must be issued on one stream at a time, since the plans share it). On top of that we restrict the
+// algorithms to split-K reduction schemes that never use atomics and keep fp32 partials:
+//   CUBLASLT_REDUCTION_SCHEME_NONE          the K reduction of every output runs in one sequence
+//                                           (no split-K at all);
+//   CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE  split-K with fp32 partials in our workspace, summed in a
+//                                           separate, fixed-order step (deterministic, fp32).
+// Excluded: INPLACE (partials added into the output in its own type, bf16 for dinp, serialised by
+// counters) and OUTPUT_TYPE (bf16 partials): both round partial sums to the output type. Every plan is
+// checked after the heuristic (CUBLASLT_ALGO_CONFIG_SPLITK_NUM and _REDUCTION_SCHEME read back from the
+// chosen algorithm); matmul_cuda_print_plans() lists what was chosen. g_matmul_reduction_mask can be set
+// to CUBLASLT_REDUCTION_SCHEME_NONE alone to forbid split-K entirely (it is part of the key).
+
+#ifdef __CUDACC__
+#include <cublasLt.h>
+#include <map>
+#include <array>
+#include "cuda_common.cuh"
+
+#define cublasCheck(call) cublas_check((call), __FILE__, __LINE__)
+static inline void cublas_check(cublasStatus_t status, const char* file, int line) {
+    if (status != CUBLAS_STATUS_SUCCESS)
+        fail("cuBLASLt error at %s:%d: %s (%s)", file, line, cublasLtGetStatusName(status), cublasLtGetStatusString(status));
+}
+
+static const size_t MATMUL_WORKSPACE_BYTES = 32ull << 20;  // 32 MiB: what cuBLAS recommends for Hopper
+static uint32_t g_matmul_reduction_mask = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+
+struct MatmulPlan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t layout_a = nullptr, layout_b = nullptr, layout_cd = nullptr;  // cuBLASLt's A, B, C=D
+    cublasLtMatmulAlgo_t algo;
+    size_t workspace = 0;
+    // what the heuristic chose, for matmul_cuda_print_plans
+    int algo_id = 0, tile_id = 0, splitk = 1, stages_id = 0;
+    uint32_t reduction = 0;
+    float waves = 0.0f;
+};
+
+// key: M, N, K, transA, transB, D fp32, batch, strideA, strideB, strideCD, C == D, alignA, alignB, alignCD, mask
+typedef std::array<long long, 15> MatmulKey;
+
+struct MatmulState {
+    cublasLtHandle_t handle = nullptr;
+    void* workspace = nullptr;
+    std::map<MatmulKey, MatmulPlan> plans;
+};
+static MatmulState g_matmul;
+
+// Creates the cuBLASLt handle and the workspace; once, before any other matmul call.
+static inline void matmul_cuda_init(cudaStream_t stream) {
+    (void)stream;  // the workspace is plain device memory; nothing is enqueued
+    if (g_matmul.handle != nullptr) return;
+    cublasCheck(cublasLtCreate(&g_matmul.handle));
+    cudaCheck(cudaMalloc(&g_matmul.workspace, MATMUL_WORKSPACE_BYTES));
+}
+
+// Largest power of two (at most 256) dividing the address of every matrix of a strided batch, in bytes:
+// the heuristic is told the true alignment, so it never picks a kernel that needs more.
+static inline long long matmul_alignment(const void* p, long long stride_elems, int elem_bytes, int batch) {
+    unsigned long long a = (unsigned long long)(uintptr_t)p | 256ull;
+    if (batch > 1) a |= (unsigned long long)stride_elems * (unsigned long long)elem_bytes;
+    return (long long)(a & (~a + 1));  // lowest set bit
+}
+
+static inline MatmulPlan& matmul_plan(const MatmulKey& key, int M, int N, int K, bool transA, bool transB, bool d_fp32,
+                                      int batch, long long strideA, long long strideB, long long strideCD, bool in_place,
+                                      uint32_t alignA, uint32_t alignB, uint32_t alignCD) {
+    auto it = g_matmul.plans.find(key);
+    if (it != g_matmul.plans.end()) return it->second;
+    if (g_matmul.handle == nullptr) fail("matmul: matmul_cuda_init was not called");
+
+    MatmulPlan plan;
+    cublasCheck(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    // cuBLASLt's first operand is our B (op = transB), its second our A (op = transA); see the top comment
+    cublasOperation_t op_first = transB ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
+    // column-major views: our B stored (K, N) row-major = (N, K) col-major, ld N; transposed: (N, K) = (K, N), ld K
+    if (!transB) cublasCheck(cublasLtMatrixLayoutCreate(&plan.layout_a, CUDA_R_16BF, N, K, N));
+    else cublasCheck(cublasLtMatrixLayoutCreate(&plan.layout_a, CUDA_R_16BF, K, N, K));
+    // our A stored (M, K) row-major = (K, M) col-major, ld K; transposed: stored (K, M) = (M, K), ld M
+    if (!transA) cublasCheck(cublasLtMatrixLayoutCreate(&plan.layout_b, CUDA_R_16BF, K, M, K));
+    else cublasCheck(cublasLtMatrixLayoutCreate(&plan.layout_b, CUDA_R_16BF, M, K, M));
+    // D (M, N) row-major = (N, M) col-major, ld N; C has the same layout (and type) as D
+    cublasCheck(cublasLtMatrixLayoutCreate(&plan.layout_cd, d_fp32 ? CUDA_R_32F : CUDA_R_16BF, N, M, N));
+    if (batch > 1) {
+        int32_t b = batch;
+        cublasLtMatrixLayout_t layouts[3] = {plan.layout_a, plan.layout_b, plan.layout_cd};
+        long long strides[3] = {strideB, strideA, strideCD};
+        for (int i = 0; i < 3; i++) {
+            int64_t s = strides[i];
+            cublasCheck(cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof(b)));
+            cublasCheck(cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &s, sizeof(s)));
+        }
+    }
+
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = MATMUL_WORKSPACE_BYTES;
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    uint32_t mask = g_matmul_reduction_mask;
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof(mask)));
+    // cuBLASLt's A is our B, its B our A
+    uint32_t al_a = alignB, al_b = alignA, al_c = alignCD, al_d = alignCD;
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
+
+    const int REQUESTED = 8;
+    cublasLtMatmulHeuristicResult_t results[REQUESTED];
+    int returned = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_matmul.handle, plan.desc, plan.layout_a, plan.layout_b, plan.layout_cd,
+                                                       plan.layout_cd, pref, REQUESTED, results, &returned);
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(st);
+    // heuristic order is best first; take the first that is deterministic by our rules (the mask should
+    // already guarantee it: this re-check turns a library surprise into an error instead of silent atomics)
+    int chosen = -1;
+    for (int i = 0; i < returned && chosen < 0; i++) {
+        if (results[i].state != CUBLAS_STATUS_SUCCESS || results[i].workspaceSize > MATMUL_WORKSPACE_BYTES) continue;
+        int32_t splitk = 1;
+        uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+        size_t written = 0;
+        cublasCheck(cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof(splitk), &written));
+        cublasCheck(cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme), &written));
+        if (splitk > 1 && (scheme == CUBLASLT_REDUCTION_SCHEME_NONE || (scheme & ~mask) != 0)) continue;
+        if (!in_place) {  // D != C needs an algorithm that supports an out-of-place result
+            int32_t oop = 0;
+            cublasCheck(cublasLtMatmulAlgoCapGetAttribute(&results[i].algo, CUBLASLT_ALGO_CAP_OUT_OF_PLACE_RESULT_SUPPORT, &oop, sizeof(oop), &written));
+            if (!oop) continue;
+        }
+        chosen = i;
+        plan.splitk = splitk;
+        plan.reduction = splitk > 1 ? scheme : (uint32_t)CUBLASLT_REDUCTION_SCHEME_NONE;
+    }
+    if (chosen < 0)
+        fail("matmul: cuBLASLt has no deterministic algorithm for M=%d N=%d K=%d transA=%d transB=%d out=%s batch=%d "
+             "(alignment A %u B %u C/D %u bytes, %d candidates)", M, N, K, (int)transA, (int)transB, d_fp32 ? "fp32" : "bf16",
+             batch, alignA, alignB, alignCD, returned);
+    plan.algo = results[chosen].algo;
+    plan.workspace = results[chosen].workspaceSize;
+    plan.waves = results[chosen].wavesCount;
+    size_t written = 0;
+    cublasCheck(cublasLtMatmulAlgoConfigGetAttribute(&plan.algo, CUBLASLT_ALGO_CONFIG_ID, &plan.algo_id, sizeof(plan.algo_id), &written));
+    cublasCheck(cublasLtMatmulAlgoConfigGetAttribute(&plan.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &plan.tile_id, sizeof(plan.tile_id), &written));
+    cublasCheck(cublasLtMatmulAlgoConfigGetAttribute(&plan.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &plan.stages_id, sizeof(plan.stages_id), &written));
+    return g_matmul.plans.emplace(key, plan).first->second;
+}
+
+// The one GEMM of the CUDA backend, row-major, strided-batched:
+//   D[i] (M, N) = alpha op(A[i]) (M, K) @ op(B[i]) (K, N) + beta C[i],   i < batch
+// A stored (M, K), or (K, M) if transA; B stored (K, N), or (N, K) if transB; C and D stored (M, N), packed
+// (leading dimension = stored columns). A, B bf16; C, D bf16 or fp32 (d_fp32). C may be D (in place) or
+// nullptr when beta == 0 (C is then not read). Strides are in elements between consecutive matrices.
+static inline void matmul_lt(void* D, bool d_fp32, const void* C, const floatX* A, const floatX* B, int M, int N, int K,
+                             bool transA, bool transB, float alpha, float beta, int batch, long long strideA,
+                             long long strideB, long long strideCD, cudaStream_t stream) {
+    if (M <= 0 || N <= 0 || batch <= 0) return;
+    if (K <= 0) fail("matmul: K = %d (an empty reduction is not supported)", K);
+    if (C == nullptr || beta == 0.0f) C = D;
+    const bool in_place = C == D;
+    const int d_bytes = d_fp32 ? 4 : 2;
+    long long alA = matmul_alignment(A, strideA, 2, batch), alB = matmul_alignment(B, strideB, 2, batch);
+    long long alCD = std::min(matmul_alignment(D, strideCD, d_bytes, batch), matmul_alignment(C, strideCD, d_bytes, batch));
+    if (batch == 1) strideA = strideB = strideCD = 0;  // not part of the problem
+    MatmulKey key = {M, N, K, transA, transB, d_fp32, batch, strideA, strideB, strideCD, in_place, alA, alB, alCD,
+                     (long long)g_matmul_reduction_mask};
+    MatmulPlan& plan = matmul_plan(key, M, N, K, transA, transB, d_fp32, batch, strideA, strideB, strideCD, in_place,
+                                   (uint32_t)alA, (uint32_t)alB, (uint32_t)alCD);
+    cublasCheck(cublasLtMatmul(g_matmul.handle, plan.desc, &alpha, B, plan.layout_a, A, plan.layout_b, &beta, C,
+                               plan.layout_cd, D, plan.layout_cd, &plan.algo, g_matmul.workspace, plan.workspace, stream));
+}
+
+// out (M, N) bf16 = inp (M, K) @ weight^T, weight (N, K); out is only written
+static inline void matmul_forward_cuda(floatX* out, const floatX* inp, const floatX* weight, int M, int K, int N, cudaStream_t stream) {
+    matmul_lt(out, false, nullptr, inp, weight, M, N, K, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+}
+
+// dinp (M, K) bf16 += dout (M, N) @ weight (N, K)            (skipped if dinp == nullptr)
+// dweight (N, K) fp32 += dout^T (N, M) @ inp (M, K)          (skipped if dweight == nullptr)
+// Accumulation happens inside the GEMM epilogue (beta = 1): the old value is read, added in fp32, and
+// written once (rounded to bf16 for dinp).
+static inline void matmul_backward_cuda(floatX* dinp, float* dweight, const floatX* dout, const floatX* inp, const floatX* weight,
+                                        int M, int K, int N, cudaStream_t stream) {
+    if (dinp != nullptr) matmul_lt(dinp, false, dinp, dout, weight, M, K, N, false, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+    if (dweight != nullptr) matmul_lt(dweight, true, dweight, dout, inp, N, K, M, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+}
+
+// Strided-batched bf16 GEMM for Muon's Polar Express (row-major, see matmul_lt for the full contract):
+//   D[i] (M, N) = alpha op(A[i]) (M, K) @ op(B[i]) (K, N) + beta C[i],   i < batch,   all bf16, fp32 accumulate
+// One cuBLASLt call over the whole batch (layout attributes BATCH_COUNT and STRIDED_BATCH_OFFSET), so a
+// Muon group of K matrices costs one launch per product instead of K. C may equal D, differ from D (an
+// out-of-place epilogue, used for X <- a X + B X), or be nullptr when beta == 0.
+static inline void gemm_strided_batched_bf16_cuda(floatX* D, const floatX* C, const floatX* A, const floatX* B, int M, int N,
+                                                  int K, bool transA, bool transB, float alpha, float beta, int batch,
+                                                  long long strideA, long long strideB, long long strideCD, cudaStream_t stream) {
+    matmul_lt(D, false, C, A, B, M, N, K, transA, transB, alpha, beta, batch, strideA, strideB, strideCD, stream);
+}
+
+// One line per cached plan: the problem and what cuBLASLt chose for it (algorithm, tile, split-K, reduction).
+static inline void matmul_cuda_print_plans(FILE* f) {
+    for (const auto& kv : g_matmul.plans) {
+        const MatmulKey& k = kv.first;
+        const MatmulPlan& p = kv.second;
+        fprintf(f, "  M=%-6lld N=%-6lld K=%-6lld tA=%lld tB=%lld out=%s batch=%-3lld %s align=%lld/%lld/%lld | algo %d tile %d "
+                "stages %d splitK %d reduction %s waves %.2f ws %zu\n",
+                k[0], k[1], k[2], k[3], k[4], k[5] ? "fp32" : "bf16", k[6], k[10] ? "in-place" : "out-of-place", k[11], k[12],
+                k[13], p.algo_id, p.tile_id, p.stages_id, p.splitk,
+                p.reduction == CUBLASLT_REDUCTION_SCHEME_NONE ? "none" : p.reduction == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE ? "fp32-ws" : "other",
+                p.waves, p.workspace);
+    }
+}
+
+// out (n) bf16 = in (n) fp32, round to nearest even: parameters (fp32 master) -> matmul operands.
+// Each thread converts 8 consecutive elements: two 16-byte loads and one 16-byte store when both
+// pointers are 16-byte aligned (vec), element by element otherwise and at the tail.
+__global__ void cast_to_bf16_kernel(floatX* out, const float* in, size_t n, bool vec) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i >= n) return;
+    if (vec && i + 8 <= n) {
+        float4 a = *reinterpret_cast<const float4*>(in + i), b = *reinterpret_cast<const float4*>(in + i + 4);
+        __align__(16) floatX o[8] = {to_floatX(a.x), to_floatX(a.y), to_floatX(a.z), to_floatX(a.w),
+                                     to_floatX(b.x), to_floatX(b.y), to_floatX(b.z), to_floatX(b.w)};
+        *reinterpret_cast<uint4*>(out + i) = *reinterpret_cast<const uint4*>(o);
+    } else {
+        size_t end = i + 8 < n ? i + 8 : n;
+        for (size_t j = i; j < end; j++) out[j] = to_floatX(in[j]);
+    }
+}
+
+static inline void cast_to_bf16_cuda(floatX* out, const float* in, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    const int threads = 256;
+    bool vec = ((uintptr_t)out % 16 == 0) && ((uintptr_t)in % 16 == 0);
+    cast_to_bf16_kernel<<<ceil_div((long)ceil_div((long)n, 8), threads), threads, 0, stream>>>(out, in, n, vec);
+    cudaCheckLaunch();
+}
+#endif  // __CUDACC__

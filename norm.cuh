@@ -43,4 +43,258 @@ static inline void rmsnorm_backward_cpu(float* dinp, const float* dout, const fl
     }
 }
 
-// CUDA backend: the twins of these functions come with issue #6.
+// ----------------------------------------------------------------------------------------------------
+// CUDA backend (bf16 activations, fp32 statistics). One group of G lanes owns a row: G = 8 or 16 for
+// QK-norm rows (head_dim 64 / 128 = 8 / 16 vectors of 8 bf16, so a warp normalises 4 / 2 rows at once
+// and no lane idles), G = 32 (one warp) for the residual stream's C = 768..2048, each lane keeping its
+// up to MAXV 16-byte vectors in registers between the two passes (the row is read from memory once).
+// Other shapes (C % 8 != 0, C > 2048, unaligned pointers) take a scalar kernel, one warp per row, that
+// re-reads the row for its second pass.
+#ifdef __CUDACC__
+#include "cuda_common.cuh"
+
+#ifndef XSA_VEC8_HELPERS
+#define XSA_VEC8_HELPERS
+// 16-byte access helpers shared by the elementwise headers (norm, rotary, mlp, residual, embedding).
+// The block is repeated verbatim in each of them behind this guard so that every header compiles on its
+// own; keep the copies identical (they belong in cuda_common.cuh). One thread moves 8 consecutive
+// elements: one 16-byte load for 8 bf16, two for 8 fp32. Pointers must be 16-byte aligned.
+static inline bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
+
+__device__ __forceinline__ int4 ld16(const void* p) { return *reinterpret_cast<const int4*>(p); }
+
+__device__ __forceinline__ void unpack8(float (&f)[8], int4 raw) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float2 t = __bfloat1622float2(h[k]);
+        f[2 * k] = t.x;
+        f[2 * k + 1] = t.y;
+    }
+}
+
+__device__ __forceinline__ int4 pack8(const float (&f)[8]) {
+    int4 raw;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+    return raw;
+}
+
+__device__ __forceinline__ void load8(float (&f)[8], const floatX* p) { unpack8(f, ld16(p)); }
+__device__ __forceinline__ void load8(float (&f)[8], const float* p) {
+    float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+__device__ __forceinline__ void store8(floatX* p, const float (&f)[8]) { *reinterpret_cast<int4*>(p) = pack8(f); }
+__device__ __forceinline__ void store8(float* p, const float (&f)[8]) {
+    *reinterpret_cast<float4*>(p) = make_float4(f[0], f[1], f[2], f[3]);
+    *reinterpret_cast<float4*>(p + 4) = make_float4(f[4], f[5], f[6], f[7]);
+}
+
+// Sum over a group of G consecutive lanes (G a power of two <= 32, groups aligned in the warp); every
+// lane of the group gets the group's total. Only the group's own lanes take part, so a group whose row
+// is out of range may return early. Butterfly order: fixed, deterministic.
+template <int G>
+__device__ __forceinline__ float group_sum(float v) {
+    const unsigned mask = G == 32 ? 0xffffffffu : ((1u << (G % 32)) - 1u) << (threadIdx.x % 32 / G * G);
+#pragma unroll
+    for (int offset = G / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(mask, v, offset);
+    return v;
+}
+#endif  // XSA_VEC8_HELPERS
+
+// out (rows, C) = scale * inp * rstd; rstd (rows) fp32. out may == inp: every element is read (pass 1)
+// before it is written (pass 2) by the same lane.
+template <int G, int MAXV>
+__global__ void __launch_bounds__(256) rmsnorm_forward_vec_kernel(floatX* out, float* rstd, const floatX* inp,
+                                                                  size_t rows, int C, float scale) {
+    const size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / G;
+    if (row >= rows) return;  // the whole group leaves together
+    const int lane = threadIdx.x % G, nvec = C / 8;
+    const floatX* x = inp + row * C;
+    int4 cache[MAXV];
+    float sumsq = 0.0f;
+#pragma unroll
+    for (int k = 0; k < MAXV; k++) {
+        const int v = lane + k * G;
+        cache[k] = make_int4(0, 0, 0, 0);
+        if (v < nvec) {
+            cache[k] = ld16(x + 8 * v);
+            float f[8];
+            unpack8(f, cache[k]);
+#pragma unroll
+            for (int i = 0; i < 8; i++) sumsq += f[i] * f[i];
+        }
+    }
+    sumsq = group_sum<G>(sumsq);
+    const float s = 1.0f / sqrtf(sumsq / C + RMSNORM_EPS);
+    floatX* y = out + row * C;
+#pragma unroll
+    for (int k = 0; k < MAXV; k++) {
+        const int v = lane + k * G;
+        if (v < nvec) {
+            float f[8];
+            unpack8(f, cache[k]);
+#pragma unroll
+            for (int i = 0; i < 8; i++) f[i] = scale * (f[i] * s);
+            store8(y + 8 * v, f);
+        }
+    }
+    if (lane == 0) rstd[row] = s;
+}
+
+// the same for any C and alignment: one warp per row, scalar accesses, the row re-read in pass 2
+__global__ void __launch_bounds__(256) rmsnorm_forward_scalar_kernel(floatX* out, float* rstd, const floatX* inp,
+                                                                     size_t rows, int C, float scale) {
+    const size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    if (row >= rows) return;
+    const int lane = threadIdx.x % 32;
+    const floatX* x = inp + row * C;
+    float sumsq = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        float f = to_float(x[i]);
+        sumsq += f * f;
+    }
+    sumsq = warp_sum(sumsq);
+    const float s = 1.0f / sqrtf(sumsq / C + RMSNORM_EPS);
+    floatX* y = out + row * C;
+    for (int i = lane; i < C; i += 32) y[i] = to_floatX(scale * (to_float(x[i]) * s));
+    if (lane == 0) rstd[row] = s;
+}
+
+// dinp (rows, C) += scale * rstd * (dout - xhat * mean(dout * xhat)), xhat = out / scale; dout, out (rows, C)
+// cached in registers between the dot pass and the update pass.
+template <int G, int MAXV>
+__global__ void __launch_bounds__(256) rmsnorm_backward_vec_kernel(floatX* dinp, const floatX* dout, const floatX* out,
+                                                                   const float* rstd, size_t rows, int C, float scale) {
+    const size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / G;
+    if (row >= rows) return;
+    const int lane = threadIdx.x % G, nvec = C / 8;
+    const floatX* g = dout + row * C;
+    const floatX* y = out + row * C;
+    const float inv_scale = 1.0f / scale;
+    int4 gc[MAXV], yc[MAXV];
+    float dot = 0.0f;
+#pragma unroll
+    for (int k = 0; k < MAXV; k++) {
+        const int v = lane + k * G;
+        gc[k] = make_int4(0, 0, 0, 0);
+        yc[k] = make_int4(0, 0, 0, 0);
+        if (v < nvec) {
+            gc[k] = ld16(g + 8 * v);
+            yc[k] = ld16(y + 8 * v);
+            float gf[8], yf[8];
+            unpack8(gf, gc[k]);
+            unpack8(yf, yc[k]);
+#pragma unroll
+            for (int i = 0; i < 8; i++) dot += gf[i] * (yf[i] * inv_scale);
+        }
+    }
+    dot = group_sum<G>(dot);
+    const float mean_dot = dot / C, s = scale * rstd[row];
+    floatX* dx = dinp + row * C;
+#pragma unroll
+    for (int k = 0; k < MAXV; k++) {
+        const int v = lane + k * G;
+        if (v < nvec) {
+            float gf[8], yf[8], d[8];
+            unpack8(gf, gc[k]);
+            unpack8(yf, yc[k]);
+            load8(d, dx + 8 * v);
+#pragma unroll
+            for (int i = 0; i < 8; i++) d[i] += s * (gf[i] - (yf[i] * inv_scale) * mean_dot);
+            store8(dx + 8 * v, d);
+        }
+    }
+}
+
+__global__ void __launch_bounds__(256) rmsnorm_backward_scalar_kernel(floatX* dinp, const floatX* dout, const floatX* out,
+                                                                      const float* rstd, size_t rows, int C, float scale) {
+    const size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    if (row >= rows) return;
+    const int lane = threadIdx.x % 32;
+    const floatX* g = dout + row * C;
+    const floatX* y = out + row * C;
+    const float inv_scale = 1.0f / scale;
+    float dot = 0.0f;
+    for (int i = lane; i < C; i += 32) dot += to_float(g[i]) * (to_float(y[i]) * inv_scale);
+    dot = warp_sum(dot);
+    const float mean_dot = dot / C, s = scale * rstd[row];
+    floatX* dx = dinp + row * C;
+    for (int i = lane; i < C; i += 32)
+        dx[i] = to_floatX(to_float(dx[i]) + s * (to_float(g[i]) - (to_float(y[i]) * inv_scale) * mean_dot));
+}
+
+// Launch helpers: 256 threads = 256 / G rows per block.
+template <int G, int MAXV>
+static inline void rmsnorm_forward_launch(floatX* out, float* rstd, const floatX* inp, size_t rows, int C, float scale,
+                                          cudaStream_t stream) {
+    rmsnorm_forward_vec_kernel<G, MAXV><<<ceil_div((long)rows * G, 256), 256, 0, stream>>>(out, rstd, inp, rows, C, scale);
+}
+template <int G, int MAXV>
+static inline void rmsnorm_backward_launch(floatX* dinp, const floatX* dout, const floatX* out, const float* rstd,
+                                           size_t rows, int C, float scale, cudaStream_t stream) {
+    rmsnorm_backward_vec_kernel<G, MAXV><<<ceil_div((long)rows * G, 256), 256, 0, stream>>>(dinp, dout, out, rstd, rows, C, scale);
+}
+
+// the vector kernels need C % 8 == 0, 16-byte aligned rows and C <= 2048 (8 vectors per lane)
+static inline bool rmsnorm_vec_ok(int C, const void* a, const void* b, const void* c) {
+    return C % 8 == 0 && C / 8 <= 256 && aligned16(a) && aligned16(b) && aligned16(c);
+}
+
+// out (rows, C), rstd (rows) = rmsnorm(inp (rows, C)) * scale; out may == inp
+static inline void rmsnorm_forward_cuda(floatX* out, float* rstd, const floatX* inp, size_t rows, int C, float scale,
+                                        cudaStream_t stream) {
+    if (rows == 0) return;
+    const int nvec = C / 8;
+    if (!rmsnorm_vec_ok(C, out, inp, inp)) {
+        rmsnorm_forward_scalar_kernel<<<ceil_div((long)rows * 32, 256), 256, 0, stream>>>(out, rstd, inp, rows, C, scale);
+    } else if (nvec <= 8) {
+        rmsnorm_forward_launch<8, 1>(out, rstd, inp, rows, C, scale, stream);   // C <= 64 (QK-norm, head_dim 64)
+    } else if (nvec <= 16) {
+        rmsnorm_forward_launch<16, 1>(out, rstd, inp, rows, C, scale, stream);  // C <= 128 (head_dim 128)
+    } else if (nvec <= 32) {
+        rmsnorm_forward_launch<32, 1>(out, rstd, inp, rows, C, scale, stream);
+    } else if (nvec <= 64) {
+        rmsnorm_forward_launch<32, 2>(out, rstd, inp, rows, C, scale, stream);
+    } else if (nvec <= 96) {
+        rmsnorm_forward_launch<32, 3>(out, rstd, inp, rows, C, scale, stream);  // C = 768
+    } else if (nvec <= 128) {
+        rmsnorm_forward_launch<32, 4>(out, rstd, inp, rows, C, scale, stream);  // C = 1024
+    } else if (nvec <= 192) {
+        rmsnorm_forward_launch<32, 6>(out, rstd, inp, rows, C, scale, stream);  // C = 1536
+    } else {
+        rmsnorm_forward_launch<32, 8>(out, rstd, inp, rows, C, scale, stream);  // C <= 2048
+    }
+    cudaCheckLaunch();
+}
+
+// dinp (rows, C) += the gradient through the norm, given dout, out (rows, C) and rstd (rows) of the forward
+static inline void rmsnorm_backward_cuda(floatX* dinp, const floatX* dout, const floatX* out, const float* rstd,
+                                         size_t rows, int C, float scale, cudaStream_t stream) {
+    if (rows == 0) return;
+    const int nvec = C / 8;
+    if (!rmsnorm_vec_ok(C, dinp, dout, out)) {
+        rmsnorm_backward_scalar_kernel<<<ceil_div((long)rows * 32, 256), 256, 0, stream>>>(dinp, dout, out, rstd, rows, C, scale);
+    } else if (nvec <= 8) {
+        rmsnorm_backward_launch<8, 1>(dinp, dout, out, rstd, rows, C, scale, stream);
+    } else if (nvec <= 16) {
+        rmsnorm_backward_launch<16, 1>(dinp, dout, out, rstd, rows, C, scale, stream);
+    } else if (nvec <= 32) {
+        rmsnorm_backward_launch<32, 1>(dinp, dout, out, rstd, rows, C, scale, stream);
+    } else if (nvec <= 64) {
+        rmsnorm_backward_launch<32, 2>(dinp, dout, out, rstd, rows, C, scale, stream);
+    } else if (nvec <= 96) {
+        rmsnorm_backward_launch<32, 3>(dinp, dout, out, rstd, rows, C, scale, stream);
+    } else if (nvec <= 128) {
+        rmsnorm_backward_launch<32, 4>(dinp, dout, out, rstd, rows, C, scale, stream);
+    } else if (nvec <= 192) {
+        rmsnorm_backward_launch<32, 6>(dinp, dout, out, rstd, rows, C, scale, stream);
+    } else {
+        rmsnorm_backward_launch<32, 8>(dinp, dout, out, rstd, rows, C, scale, stream);
+    }
+    cudaCheckLaunch();
+}
+
+#endif  // __CUDACC__

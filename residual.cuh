@@ -38,4 +38,260 @@ static inline void axpy_cpu(float* y, float a, const float* x, size_t n) {
     for (long i = 0; i < (long)n; i++) y[i] += a * x[i];
 }
 
-// CUDA backend: the twins of these functions come with issue #6.
+// ----------------------------------------------------------------------------------------------------
+// CUDA backend. Elementwise kernels: one thread per 8 elements, 16-byte accesses when every pointer is
+// 16-byte aligned, a scalar tail for n % 8 (and a scalar path for unaligned buffers). Scalar parameters
+// (the lambdas) are read from device memory, so a captured graph sees their current values.
+//
+// Dot products are two-pass and deterministic: a fixed grid of DOT_PARTIALS blocks, each summing a fixed
+// strided set of elements (fp32 per thread, then block_sum) into scratch[block]; then one block sums the
+// DOT_PARTIALS partials in a fixed tree and adds factor * sum into out[0]. The grid does not depend on the
+// device, so the bits do not either.
+#ifdef __CUDACC__
+#include "cuda_common.cuh"
+
+#ifndef XSA_VEC8_HELPERS
+#define XSA_VEC8_HELPERS
+// 16-byte access helpers shared by the elementwise headers (norm, rotary, mlp, residual, embedding).
+// The block is repeated verbatim in each of them behind this guard so that every header compiles on its
+// own; keep the copies identical (they belong in cuda_common.cuh). One thread moves 8 consecutive
+// elements: one 16-byte load for 8 bf16, two for 8 fp32. Pointers must be 16-byte aligned.
+static inline bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
+
+__device__ __forceinline__ int4 ld16(const void* p) { return *reinterpret_cast<const int4*>(p); }
+
+__device__ __forceinline__ void unpack8(float (&f)[8], int4 raw) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float2 t = __bfloat1622float2(h[k]);
+        f[2 * k] = t.x;
+        f[2 * k + 1] = t.y;
+    }
+}
+
+__device__ __forceinline__ int4 pack8(const float (&f)[8]) {
+    int4 raw;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+    return raw;
+}
+
+__device__ __forceinline__ void load8(float (&f)[8], const floatX* p) { unpack8(f, ld16(p)); }
+__device__ __forceinline__ void load8(float (&f)[8], const float* p) {
+    float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+__device__ __forceinline__ void store8(floatX* p, const float (&f)[8]) { *reinterpret_cast<int4*>(p) = pack8(f); }
+__device__ __forceinline__ void store8(float* p, const float (&f)[8]) {
+    *reinterpret_cast<float4*>(p) = make_float4(f[0], f[1], f[2], f[3]);
+    *reinterpret_cast<float4*>(p + 4) = make_float4(f[4], f[5], f[6], f[7]);
+}
+
+// Sum over a group of G consecutive lanes (G a power of two <= 32, groups aligned in the warp); every
+// lane of the group gets the group's total. Only the group's own lanes take part, so a group whose row
+// is out of range may return early. Butterfly order: fixed, deterministic.
+template <int G>
+__device__ __forceinline__ float group_sum(float v) {
+    const unsigned mask = G == 32 ? 0xffffffffu : ((1u << (G % 32)) - 1u) << (threadIdx.x % 32 / G * G);
+#pragma unroll
+    for (int offset = G / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(mask, v, offset);
+    return v;
+}
+#endif  // XSA_VEC8_HELPERS
+
+constexpr int DOT_PARTIALS = 1024;  // blocks of the first pass = floats of scratch per dot product
+constexpr int DOT_THREADS = 256;    // threads per first-pass block; 8 elements each per grid stride
+// scratch each op needs, in floats
+constexpr size_t DOT_SCRATCH_FLOATS = DOT_PARTIALS;              // dot_accumulate_cuda
+constexpr size_t LAMBDA_MIX_SCRATCH_FLOATS = 2 * DOT_PARTIALS;   // lambda_mix_backward_cuda (two dots)
+
+// out (n) = a[0] x + b[0] x0; out may alias x or x0 (elementwise)
+template <bool VEC>
+__global__ void __launch_bounds__(256) lambda_mix_forward_kernel(floatX* out, const floatX* x, const floatX* x0, const float* a,
+                                                                 const float* b, size_t n) {
+    const size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i0 >= n) return;
+    const float fa = a[0], fb = b[0];
+    if (VEC && i0 + 8 <= n) {
+        float xv[8], x0v[8];
+        load8(xv, x + i0);
+        load8(x0v, x0 + i0);
+#pragma unroll
+        for (int k = 0; k < 8; k++) xv[k] = fa * xv[k] + fb * x0v[k];
+        store8(out + i0, xv);
+    } else {
+        const size_t i1 = i0 + 8 < n ? i0 + 8 : n;
+        for (size_t i = i0; i < i1; i++) out[i] = to_floatX(fa * to_float(x[i]) + fb * to_float(x0[i]));
+    }
+}
+
+// First pass of a dot product: partials[blockIdx.x] = sum over this block's strided elements of x * y.
+template <bool VEC>
+__global__ void __launch_bounds__(DOT_THREADS) dot_partial_kernel(float* partials, const floatX* x, const floatX* y, size_t n) {
+    __shared__ float shared[32];
+    float acc = 0.0f;
+    const size_t stride = (size_t)gridDim.x * blockDim.x * 8;
+    for (size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8; i0 < n; i0 += stride) {
+        if (VEC && i0 + 8 <= n) {
+            float xv[8], yv[8];
+            load8(xv, x + i0);
+            load8(yv, y + i0);
+#pragma unroll
+            for (int k = 0; k < 8; k++) acc += xv[k] * yv[k];
+        } else {
+            const size_t i1 = i0 + 8 < n ? i0 + 8 : n;
+            for (size_t i = i0; i < i1; i++) acc += to_float(x[i]) * to_float(y[i]);
+        }
+    }
+    acc = block_sum(acc, shared);
+    if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+// Second pass: block b (of 1 or 2) adds factor * (sum of partials[b * DOT_PARTIALS ..][0 .. DOT_PARTIALS))
+// into out_b[0]. One block of DOT_PARTIALS threads; block_sum's order is fixed.
+__global__ void __launch_bounds__(DOT_PARTIALS) dot_finish_kernel(float* out0, float* out1, float factor, const float* partials) {
+    __shared__ float shared[32];
+    float v = 0.0f;
+    for (int i = threadIdx.x; i < DOT_PARTIALS; i += blockDim.x) v += partials[(size_t)blockIdx.x * DOT_PARTIALS + i];
+    v = block_sum(v, shared);
+    if (threadIdx.x == 0) {
+        float* out = blockIdx.x == 0 ? out0 : out1;
+        out[0] += factor * v;
+    }
+}
+
+// Backward of out = a x + b x0, fused in one pass over dout, x, x0, dx0: dx0 += b dout, dout *= a, and
+// the partials of dout.x (scratch[0, DOT_PARTIALS)) and dout.x0 (scratch[DOT_PARTIALS, 2 DOT_PARTIALS))
+// from the incoming dout.
+template <bool VEC>
+__global__ void __launch_bounds__(DOT_THREADS) lambda_mix_backward_kernel(floatX* dout, floatX* dx0, float* partials,
+                                                                          const floatX* x, const floatX* x0, const float* a,
+                                                                          const float* b, size_t n) {
+    __shared__ float shared[32];
+    const float fa = a[0], fb = b[0];
+    float acc_a = 0.0f, acc_b = 0.0f;
+    const size_t stride = (size_t)gridDim.x * blockDim.x * 8;
+    for (size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8; i0 < n; i0 += stride) {
+        if (VEC && i0 + 8 <= n) {
+            float g[8], xv[8], x0v[8], d0[8];
+            load8(g, dout + i0);
+            load8(xv, x + i0);
+            load8(x0v, x0 + i0);
+            load8(d0, dx0 + i0);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                acc_a += g[k] * xv[k];
+                acc_b += g[k] * x0v[k];
+                d0[k] += fb * g[k];
+                g[k] *= fa;
+            }
+            store8(dx0 + i0, d0);
+            store8(dout + i0, g);
+        } else {
+            const size_t i1 = i0 + 8 < n ? i0 + 8 : n;
+            for (size_t i = i0; i < i1; i++) {
+                const float g = to_float(dout[i]);
+                acc_a += g * to_float(x[i]);
+                acc_b += g * to_float(x0[i]);
+                dx0[i] = to_floatX(to_float(dx0[i]) + fb * g);
+                dout[i] = to_floatX(g * fa);
+            }
+        }
+    }
+    acc_a = block_sum(acc_a, shared);
+    acc_b = block_sum(acc_b, shared);
+    if (threadIdx.x == 0) {
+        partials[blockIdx.x] = acc_a;
+        partials[DOT_PARTIALS + blockIdx.x] = acc_b;
+    }
+}
+
+// y (n) += x
+template <bool VEC>
+__global__ void __launch_bounds__(256) add_inplace_kernel(floatX* y, const floatX* x, size_t n) {
+    const size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i0 >= n) return;
+    if (VEC && i0 + 8 <= n) {
+        float yv[8], xv[8];
+        load8(yv, y + i0);
+        load8(xv, x + i0);
+#pragma unroll
+        for (int k = 0; k < 8; k++) yv[k] += xv[k];
+        store8(y + i0, yv);
+    } else {
+        const size_t i1 = i0 + 8 < n ? i0 + 8 : n;
+        for (size_t i = i0; i < i1; i++) y[i] = to_floatX(to_float(y[i]) + to_float(x[i]));
+    }
+}
+
+// y (n) += factor * scalar[0] * x
+template <bool VEC>
+__global__ void __launch_bounds__(256) scaled_add_kernel(floatX* y, const float* scalar, float factor, const floatX* x, size_t n) {
+    const size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i0 >= n) return;
+    const float a = factor * scalar[0];
+    if (VEC && i0 + 8 <= n) {
+        float yv[8], xv[8];
+        load8(yv, y + i0);
+        load8(xv, x + i0);
+#pragma unroll
+        for (int k = 0; k < 8; k++) yv[k] += a * xv[k];
+        store8(y + i0, yv);
+    } else {
+        const size_t i1 = i0 + 8 < n ? i0 + 8 : n;
+        for (size_t i = i0; i < i1; i++) y[i] = to_floatX(to_float(y[i]) + a * to_float(x[i]));
+    }
+}
+
+static inline int residual_grid(size_t n) { return ceil_div((long)((n + 7) / 8), 256); }
+
+// out (n) = a[0] x + b[0] x0
+static inline void lambda_mix_forward_cuda(floatX* out, const floatX* x, const floatX* x0, const float* a, const float* b,
+                                           size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    if (aligned16(out) && aligned16(x) && aligned16(x0))
+        lambda_mix_forward_kernel<true><<<residual_grid(n), 256, 0, stream>>>(out, x, x0, a, b, n);
+    else lambda_mix_forward_kernel<false><<<residual_grid(n), 256, 0, stream>>>(out, x, x0, a, b, n);
+    cudaCheckLaunch();
+}
+
+// da[0] += dout.x, db[0] += dout.x0, dx0 (n) += b[0] dout, dout (n) *= a[0]; scratch: LAMBDA_MIX_SCRATCH_FLOATS
+static inline void lambda_mix_backward_cuda(floatX* dout, floatX* dx0, float* da, float* db, const floatX* x, const floatX* x0,
+                                            const float* a, const float* b, size_t n, float* scratch, cudaStream_t stream) {
+    if (aligned16(dout) && aligned16(dx0) && aligned16(x) && aligned16(x0))
+        lambda_mix_backward_kernel<true><<<DOT_PARTIALS, DOT_THREADS, 0, stream>>>(dout, dx0, scratch, x, x0, a, b, n);
+    else lambda_mix_backward_kernel<false><<<DOT_PARTIALS, DOT_THREADS, 0, stream>>>(dout, dx0, scratch, x, x0, a, b, n);
+    cudaCheckLaunch();
+    dot_finish_kernel<<<2, DOT_PARTIALS, 0, stream>>>(da, db, 1.0f, scratch);
+    cudaCheckLaunch();
+}
+
+// out[0] += factor * sum(x (n) * y (n)); scratch: DOT_SCRATCH_FLOATS
+static inline void dot_accumulate_cuda(float* out, float factor, const floatX* x, const floatX* y, size_t n, float* scratch,
+                                       cudaStream_t stream) {
+    if (aligned16(x) && aligned16(y)) dot_partial_kernel<true><<<DOT_PARTIALS, DOT_THREADS, 0, stream>>>(scratch, x, y, n);
+    else dot_partial_kernel<false><<<DOT_PARTIALS, DOT_THREADS, 0, stream>>>(scratch, x, y, n);
+    cudaCheckLaunch();
+    dot_finish_kernel<<<1, DOT_PARTIALS, 0, stream>>>(out, out, factor, scratch);
+    cudaCheckLaunch();
+}
+
+// y (n) += x
+static inline void add_inplace_cuda(floatX* y, const floatX* x, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    if (aligned16(y) && aligned16(x)) add_inplace_kernel<true><<<residual_grid(n), 256, 0, stream>>>(y, x, n);
+    else add_inplace_kernel<false><<<residual_grid(n), 256, 0, stream>>>(y, x, n);
+    cudaCheckLaunch();
+}
+
+// y (n) += factor * scalar[0] * x   (the CPU twin is axpy_cpu with a = factor * scalar)
+static inline void scaled_add_cuda(floatX* y, const float* scalar, float factor, const floatX* x, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    if (aligned16(y) && aligned16(x)) scaled_add_kernel<true><<<residual_grid(n), 256, 0, stream>>>(y, scalar, factor, x, n);
+    else scaled_add_kernel<false><<<residual_grid(n), 256, 0, stream>>>(y, scalar, factor, x, n);
+    cudaCheckLaunch();
+}
+
+#endif  // __CUDACC__

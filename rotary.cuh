@@ -60,4 +60,124 @@ static inline void rotary_backward_cpu(float* dx, const float* cos_table, const 
         }
 }
 
-// CUDA backend: the twins of these functions come with issue #6.
+// ----------------------------------------------------------------------------------------------------
+// CUDA backend: x (B, T, heads, D) bf16 rotated in place; cos, sin (T, D/2) fp32 on the device (made by
+// rotary_tables and copied once). One thread owns 8 pairs (j..j+7, j+D/2..j+D/2+7): two 16-byte loads of
+// x, four of the tables; a scalar kernel (one pair per thread) covers D/2 % 8 != 0 or unaligned buffers.
+#ifdef __CUDACC__
+#include "cuda_common.cuh"
+
+#ifndef XSA_VEC8_HELPERS
+#define XSA_VEC8_HELPERS
+// 16-byte access helpers shared by the elementwise headers (norm, rotary, mlp, residual, embedding).
+// The block is repeated verbatim in each of them behind this guard so that every header compiles on its
+// own; keep the copies identical (they belong in cuda_common.cuh). One thread moves 8 consecutive
+// elements: one 16-byte load for 8 bf16, two for 8 fp32. Pointers must be 16-byte aligned.
+static inline bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
+
+__device__ __forceinline__ int4 ld16(const void* p) { return *reinterpret_cast<const int4*>(p); }
+
+__device__ __forceinline__ void unpack8(float (&f)[8], int4 raw) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float2 t = __bfloat1622float2(h[k]);
+        f[2 * k] = t.x;
+        f[2 * k + 1] = t.y;
+    }
+}
+
+__device__ __forceinline__ int4 pack8(const float (&f)[8]) {
+    int4 raw;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+    return raw;
+}
+
+__device__ __forceinline__ void load8(float (&f)[8], const floatX* p) { unpack8(f, ld16(p)); }
+__device__ __forceinline__ void load8(float (&f)[8], const float* p) {
+    float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+__device__ __forceinline__ void store8(floatX* p, const float (&f)[8]) { *reinterpret_cast<int4*>(p) = pack8(f); }
+__device__ __forceinline__ void store8(float* p, const float (&f)[8]) {
+    *reinterpret_cast<float4*>(p) = make_float4(f[0], f[1], f[2], f[3]);
+    *reinterpret_cast<float4*>(p + 4) = make_float4(f[4], f[5], f[6], f[7]);
+}
+
+// Sum over a group of G consecutive lanes (G a power of two <= 32, groups aligned in the warp); every
+// lane of the group gets the group's total. Only the group's own lanes take part, so a group whose row
+// is out of range may return early. Butterfly order: fixed, deterministic.
+template <int G>
+__device__ __forceinline__ float group_sum(float v) {
+    const unsigned mask = G == 32 ? 0xffffffffu : ((1u << (G % 32)) - 1u) << (threadIdx.x % 32 / G * G);
+#pragma unroll
+    for (int offset = G / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(mask, v, offset);
+    return v;
+}
+#endif  // XSA_VEC8_HELPERS
+
+// BACKWARD rotates by +theta (the transpose): the same formulas with sin negated.
+template <bool VEC, bool BACKWARD>
+__global__ void __launch_bounds__(256) rotary_kernel(floatX* x, const float* cos_table, const float* sin_table, int T,
+                                                     int heads, int D, size_t total) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    const int half = D / 2, per_row = VEC ? half / 8 : half;
+    const size_t row = i / per_row;  // (b, t, h)
+    const int j0 = (int)(i % per_row) * (VEC ? 8 : 1);
+    const int t = (int)((row / heads) % T);
+    const float* c = cos_table + (size_t)t * half + j0;
+    const float* s = sin_table + (size_t)t * half + j0;
+    floatX* p = x + row * D + j0;
+    if (VEC) {
+        float x1[8], x2[8], cf[8], sf[8];
+        load8(x1, p);
+        load8(x2, p + half);
+        load8(cf, c);
+        load8(sf, s);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const float sk = BACKWARD ? -sf[k] : sf[k];
+            const float a = x1[k], b = x2[k];
+            x1[k] = a * cf[k] + b * sk;
+            x2[k] = -a * sk + b * cf[k];
+        }
+        store8(p, x1);
+        store8(p + half, x2);
+    } else {
+        const float sk = BACKWARD ? -s[0] : s[0];
+        const float a = to_float(p[0]), b = to_float(p[half]);
+        p[0] = to_floatX(a * c[0] + b * sk);
+        p[half] = to_floatX(-a * sk + b * c[0]);
+    }
+}
+
+template <bool BACKWARD>
+static inline void rotary_launch(floatX* x, const float* cos_table, const float* sin_table, int B, int T, int heads, int D,
+                                 cudaStream_t stream) {
+    const size_t rows = (size_t)B * T * heads;
+    const int half = D / 2;
+    if (rows == 0 || half == 0) return;
+    const bool vec = half % 8 == 0 && aligned16(x) && aligned16(cos_table) && aligned16(sin_table);
+    const size_t total = rows * (vec ? half / 8 : half);
+    const int grid = ceil_div((long)total, 256);
+    if (vec) rotary_kernel<true, BACKWARD><<<grid, 256, 0, stream>>>(x, cos_table, sin_table, T, heads, D, total);
+    else rotary_kernel<false, BACKWARD><<<grid, 256, 0, stream>>>(x, cos_table, sin_table, T, heads, D, total);
+    cudaCheckLaunch();
+}
+
+// x (B, T, heads, D) in place: out1 = x1 cos + x2 sin, out2 = -x1 sin + x2 cos
+static inline void rotary_forward_cuda(floatX* x, const float* cos_table, const float* sin_table, int B, int T, int heads,
+                                       int D, cudaStream_t stream) {
+    rotary_launch<false>(x, cos_table, sin_table, B, T, heads, D, stream);
+}
+
+// dx (B, T, heads, D) in place: the transpose rotation
+static inline void rotary_backward_cuda(floatX* dx, const float* cos_table, const float* sin_table, int B, int T, int heads,
+                                        int D, cudaStream_t stream) {
+    rotary_launch<true>(dx, cos_table, sin_table, B, T, heads, D, stream);
+}
+
+#endif  // __CUDACC__

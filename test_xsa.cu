@@ -41,15 +41,19 @@ static double rel_l2(const A* a, const Bt* b, size_t n) {
 static const char* REFERENCE_DIR = "dev/reference/data";
 static const int MIN_REFERENCE_FILES = 7;
 
-// the model reference files: every dev/reference/data/*.safetensors except the optimizer trajectories
-static std::vector<std::string> reference_files() {
+// The reference files of one kind in dev/reference/data, by their metadata: model references
+// (format xsa-ref-1) or optimizer trajectories (which also carry format_optim).
+static std::vector<std::string> reference_files_of(bool trajectories) {
     std::vector<std::string> files;
     DIR* dir = opendir(REFERENCE_DIR);
     if (dir) {
         while (dirent* e = readdir(dir)) {
             std::string name = e->d_name;
-            bool trajectory = name.rfind("optim_", 0) == 0;
-            if (!trajectory && name.size() > 12 && name.substr(name.size() - 12) == ".safetensors") files.push_back(std::string(REFERENCE_DIR) + "/" + name);
+            if (name.size() <= 12 || name.substr(name.size() - 12) != ".safetensors") continue;
+            std::string path = std::string(REFERENCE_DIR) + "/" + name;
+            SafetensorsFile f = safetensors_read(path);
+            bool model_ref = f.metadata.count("format") && f.metadata.at("format") == "xsa-ref-1";
+            if (model_ref && f.metadata.count("format_optim") == (trajectories ? 1u : 0u)) files.push_back(path);
         }
         closedir(dir);
     }
@@ -57,20 +61,12 @@ static std::vector<std::string> reference_files() {
     return files;
 }
 
+static std::vector<std::string> reference_files() { return reference_files_of(false); }
+
 static const int MIN_TRAJECTORY_FILES = 3;
 
 static std::vector<std::string> trajectory_files() {
-    std::vector<std::string> files;
-    DIR* dir = opendir(REFERENCE_DIR);
-    if (dir) {
-        while (dirent* e = readdir(dir)) {
-            std::string name = e->d_name;
-            if (name.rfind("optim_", 0) == 0 && name.size() > 12 && name.substr(name.size() - 12) == ".safetensors")
-                files.push_back(std::string(REFERENCE_DIR) + "/" + name);
-        }
-        closedir(dir);
-    }
-    std::sort(files.begin(), files.end());
+    std::vector<std::string> files = reference_files_of(true);
     check((int)files.size() >= MIN_TRAJECTORY_FILES, "found %zu optimizer trajectories in %s (need >= %d; regenerate with dev/reference/make_optim_refs.py)",
           files.size(), REFERENCE_DIR, MIN_TRAJECTORY_FILES);
     return files;
@@ -947,6 +943,142 @@ static void test_climbmix_offline() {
     system(("rm -rf " + dir + " " + dir + ".log").c_str());
 }
 
+// ----------------------------------------------------------------------------------------------------
+// 16. CORE: rendering and spans of the first item of each embedded task (expected prompts and answers
+// written by hand from spec 5.2's templates, see dev/data/core_bundle/EXPECTED.md), centering by hand,
+// the C++ scores against the PyTorch scorer (dev/reference/score_core.py) on the same model, core.py's
+// output reproduced byte for byte, and bad task files
+
+struct ExpectedPrompt {
+    const char* text;    // the prompt after BOS
+    int length, start, end;
+    const char* answer;  // the tokens of the span
+};
+
+static void test_core_rendering(const Tokenizer& tok, const std::string& file, int type, int gold, std::vector<ExpectedPrompt> want) {
+    CoreTask task = core_task_load("dev/data/core_tasks/" + file, tok.vocab_size, tok.bos_id);
+    const CoreItem& item = task.items[0];
+    bool ok = task.type == type && item.gold == gold && item.prompts.size() == want.size();
+    for (size_t p = 0; ok && p < want.size(); p++) {
+        const CorePrompt& cp = item.prompts[p];
+        ok = (int)cp.tokens.size() == want[p].length && cp.span_start == want[p].start && cp.span_end == want[p].end &&
+             tokenizer_decode(&tok, cp.tokens.data() + 1, cp.tokens.size() - 1) == want[p].text &&
+             tokenizer_decode(&tok, cp.tokens.data() + cp.span_start, cp.span_end - cp.span_start) == want[p].answer;
+    }
+    check(ok, "CORE %s (%s): first item's %zu prompt(s) render, tokenize and span as worked out by hand; gold %d", file.c_str(), CORE_TYPE_NAMES[type],
+          want.size(), gold);
+}
+
+static void test_core() {
+    Tokenizer tok;
+    tokenizer_load(&tok, "dev/data/devil/tokenizer.bin");
+    const char* when = "When it began to rain, Mary opened her";
+    test_core_rendering(tok, "01_completion_zeroshot.bin", CORE_MULTIPLE_CHOICE, 1,
+                        {{(std::string(when) + " piano.").c_str(), 19, 15, 19, " piano."},
+                         {(std::string(when) + " umbrella.").c_str(), 21, 15, 21, " umbrella."},
+                         {(std::string(when) + " letter to the king.").c_str(), 20, 15, 20, " letter to the king."},
+                         {(std::string(when) + " oven.").c_str(), 18, 15, 18, " oven."}});
+    // 2-shot LM: trimmed examples joined by "\n\n", the context, the delimiter, the continuation
+    test_core_rendering(tok, "02_devil_lm.bin", CORE_LANGUAGE_MODELING, 0,
+                        {{"HATCHET, n.  A young axe\n\nNOISE, n.  A stench in the ear\n\nLAWYER, n.  One skilled in circumvention of the law", 47, 46,
+                          47, " law"}});
+    // 3-shot MC with the "\nAnswer: " delimiter; the span starts where the choices' tokens first differ
+    const std::string q = "Which word does The Devil's Dictionary define as ";
+    const std::string shots = q + "\"a vagrant opinion without visible means of support\"?\nAnswer: Prejudice\n\n" + q +
+                              "\"a young axe\"?\nAnswer: Hatchet\n\n" + q + "\"a stench in the ear\"?\nAnswer: Noise\n\n" + q +
+                              "\"a favorable occasion for grasping a disappointment\"?\nAnswer:";
+    const std::string c0 = shots + " Luck", c1 = shots + " Hope", c2 = shots + " Opportunity", c3 = shots + " Ambition";
+    test_core_rendering(tok, "03_devil_definitions.bin", CORE_MULTIPLE_CHOICE, 2,
+                        {{c0.c_str(), 136, 134, 136, " Luck"}, {c1.c_str(), 136, 134, 136, " Hope"}, {c2.c_str(), 136, 134, 136, " Opportunity"},
+                         {c3.c_str(), 137, 134, 137, " Ambition"}});
+    // schema: the options differ in the context; the span is the common ending, at different offsets
+    test_core_rendering(tok, "04_devil_schema.bin", CORE_SCHEMA, 0,
+                        {{"The lawyer could not lend money to his friend because the lawyer had already spent all of his own.", 25, 16, 25,
+                          " had already spent all of his own."},
+                         {"The lawyer could not lend money to his friend because the friend had already spent all of his own.", 24, 15, 24,
+                          " had already spent all of his own."}});
+
+    // centering by hand: (acc - rb) / (1 - rb)
+    CoreResult r;
+    r.tasks.resize(3);
+    r.tasks[0].correct = {1, 1, 0, 0};  // 0.5 at a 25% baseline: (0.5 - 0.25) / 0.75 = 1/3
+    r.tasks[0].random_baseline = 25.0;
+    r.tasks[1].correct = {1, 0};  // 0.5 at a 50% baseline: 0
+    r.tasks[1].random_baseline = 50.0;
+    r.tasks[2].correct = {1, 1, 1, 0, 0};  // 0.6 at 0%: 0.6
+    r.tasks[2].random_baseline = 0.0;
+    core_finish(&r);
+    double want = (1.0 / 3.0 + 0.0 + 0.6) / 3.0;
+    check(fabs(r.tasks[0].centered - 1.0 / 3.0) < 1e-12 && fabs(r.tasks[1].centered) < 1e-12 && fabs(r.tasks[2].centered - 0.6) < 1e-12 &&
+              fabs(r.core - want) < 1e-12,
+          "CORE centering: 1/3, 0, 0.6 and their mean %.6f (by hand %.6f)", r.core, want);
+
+    // the same model scored by the PyTorch reference (float64): every item's verdict and the CORE value
+    // exactly, every option's mean span loss to 1e-4
+    SafetensorsFile model_file = safetensors_read("dev/reference/data/core_model.safetensors");
+    SafetensorsFile ref = safetensors_read("dev/reference/data/core_scores.safetensors");
+    GPTConfig c = config_from_metadata(model_file);
+    GPT model;
+    gpt_build(&model, c);
+    gpt_load_weights(&model, model_file);
+    CoreResult ours = core_evaluate(&model, core_tasks_load("dev/data/core_tasks", tok.vocab_size, tok.bos_id), -1);
+    int verdicts = 0, verdict_diffs = 0, options = 0;
+    double worst_loss = 0.0;
+    for (const CoreTaskResult& t : ours.tasks) {
+        const int* correct = ref.get_i32("core." + t.label + ".correct", t.correct.size());
+        for (size_t i = 0; i < t.correct.size(); i++) {
+            verdicts++;
+            verdict_diffs += t.correct[i] != correct[i];
+        }
+        if (t.type == CORE_LANGUAGE_MODELING) continue;
+        const size_t k = t.option_loss[0].size();
+        const float* losses = ref.get_f32("core." + t.label + ".losses", t.correct.size() * k);
+        for (size_t i = 0; i < t.correct.size(); i++)
+            for (size_t o = 0; o < k; o++, options++) worst_loss = std::max(worst_loss, fabs(t.option_loss[i][o] - losses[i * k + o]) / fabs((double)losses[i * k + o]));
+    }
+    const float ref_core = ref.get_f32("core.value", 1)[0];
+    check(verdicts > 0 && verdict_diffs == 0 && fabs(ours.core - ref_core) < 1e-6 && worst_loss <= 1e-4,
+          "CORE vs the PyTorch scorer on the same model: %d/%d item verdicts equal, CORE %.6f vs %.6f, %d option losses rel err %.1e <= 1e-4",
+          verdicts - verdict_diffs, verdicts, ours.core, ref_core, options, worst_loss);
+    gpt_free(&model);
+
+    // core.py offline on the small bundle reproduces the committed task files byte for byte
+    const std::string out = "/tmp/xsa_core_py";
+    std::string cmd = "rm -rf " + out + " && python3 dev/data/core.py --bundle dev/data/core_bundle --tokenizer dev/data/devil/tokenizer.bin --out " + out +
+                      " > " + out + ".log 2>&1";
+    int code = system(cmd.c_str());
+    bool same = code == 0;
+    for (const char* name : {"01_completion_zeroshot.bin", "02_devil_lm.bin", "03_devil_definitions.bin", "04_devil_schema.bin", "index.txt"})
+        same = same && !read_file(out + "/" + name).empty() && read_file(out + "/" + name) == read_file(std::string("dev/data/core_tasks/") + name);
+    check(same, "dev/data/core.py offline on dev/data/core_bundle: exit %d, output identical to the committed dev/data/core_tasks", code);
+    system(("rm -rf " + out + " " + out + ".log").c_str());
+}
+
+static int run_eval_core(const std::string& args, std::string* out) {
+    std::string cmd = "./eval_core " + args + " 2>&1 >/dev/null";
+    FILE* p = popen(cmd.c_str(), "r");
+    out->clear();
+    char buf[512];
+    while (p && fgets(buf, sizeof buf, p)) *out += buf;
+    int status = p ? pclose(p) : -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// a corrupted copy of a task file: each must end with one message and exit code 1
+static void test_core_bad_file(const char* what, size_t offset, uint32_t value, const char* expect) {
+    const std::string dir = "/tmp/xsa_bad_core";
+    system(("rm -rf " + dir + " && mkdir -p " + dir).c_str());
+    std::string bytes = read_file("dev/data/core_tasks/01_completion_zeroshot.bin");
+    memcpy(&bytes[offset], &value, 4);
+    write_file(dir + "/01_bad.bin", bytes);
+    std::string out;
+    int code = run_eval_core("-e dev/reference/data/core_model.safetensors -c " + dir, &out);
+    int lines = (int)std::count(out.begin(), out.end(), '\n');
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    check(code == 1 && lines == 1 && out.find(expect) != std::string::npos, "eval_core on a task file with %s -> exit %d: %s", what, code, out.c_str());
+    system(("rm -rf " + dir).c_str());
+}
+
 int main() {
     setvbuf(stdout, nullptr, _IOLBF, 0);  // keep PASS/FAIL lines in order with any error message on stderr
     std::vector<std::string> files = reference_files();
@@ -979,6 +1111,10 @@ int main() {
     test_nanochat_counts(24, 1536, 12, 1384122122, 729810624, 4775225616.0);
 
     test_climbmix_offline();
+    test_core();
+    test_core_bad_file("a wrong magic", 0, 12345, "is not a CORE task file");
+    test_core_bad_file("an answer span past the prompt", 1024 + 16, 500, "answer span");   // item 0, prompt 0: span_end
+    test_core_bad_file("a gold index past the options", 1024 + 4, 7, "gold index");
     test_packing();
     test_resume_bit_identical(false);
     test_resume_bit_identical(true);

@@ -1411,6 +1411,11 @@ int main(int argc, char** argv) {
     std::vector<CoreTask> core_tasks;
     if (args.core_every > 0) {
         core_tasks = core_tasks_load(args.core_dir, tok.vocab_size, tok.bos_id);
+        for (const CoreTask& t : core_tasks)  // few-shot examples come from core.py's truncation, not ours
+            if (t.shots > 0 && args.core_max_per_task > 0 && args.core_max_per_task < (int)t.items.size() && t.max_per_task != args.core_max_per_task)
+                printf("warning: %s was made with core.py --max-per-task %d; its few-shot examples match nanochat's only for "
+                       "--core-max-per-task %d (regenerate with --max-per-task %d to match)\n",
+                       t.path.c_str(), t.max_per_task, t.max_per_task, args.core_max_per_task);
         printf("CORE: %zu tasks from %s, up to %d items each, every %d steps and at the end\n", core_tasks.size(), args.core_dir.c_str(),
                args.core_max_per_task, args.core_every);
     }

@@ -69,4 +69,142 @@ static inline void xsa_backward_cpu(real* dy, real* dv, const real* dz, const re
         }
 }
 
-// CUDA backend: the unfused twin and the version fused into attention come with issue #6.
+// ----------------------------------------------------------------------------------------------------
+// CUDA backend. The unfused op: one warp per row, each lane holding D/32 elements as bf16 pairs, the dot
+// products in fp32 reduced by warp_sum (fixed butterfly order, so deterministic). attention.cuh fuses the
+// forward into the attention epilogue and reuses xsa_backward_kernel as the backward's preprocessing.
+#ifdef __CUDACC__
+#include "cuda_common.cuh"
+
+// a lane's e-th pair of a row: elements 2 lane + 64 e and the next one, e < D / 64 (a warp reads 128
+// contiguous bytes per e)
+__device__ __forceinline__ float2 xsa_load2(const floatX* row, int lane, int e) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(row + 2 * lane + 64 * e));
+}
+__device__ __forceinline__ void xsa_store2(floatX* row, int lane, int e, float a, float b) {
+    *reinterpret_cast<__nv_bfloat162*>(row + 2 * lane + 64 * e) = __floats2bfloat162_rn(a, b);
+}
+
+// z, y (tokens, H, D); v (tokens, Hkv, D). One warp per (token, head); blockDim.x a multiple of 32.
+template <int D>
+__global__ void xsa_forward_kernel(floatX* z, const floatX* y, const floatX* v, size_t tokens, int H, int Hkv,
+                                   float alpha) {
+    constexpr int E = D / 64;  // bf16 pairs per lane
+    const int lane = threadIdx.x % 32;
+    const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // = token * H + head
+    if (row >= tokens * H) return;  // whole warps leave together
+    const size_t n = row / H;
+    const int h = (int)(row % H), kvh = h / (H / Hkv);
+    const floatX* yr = y + row * D;
+    const floatX* vr = v + (n * Hkv + kvh) * D;
+    float2 yy[E], vv[E];
+    float s = 0.0f, nn = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        yy[e] = xsa_load2(yr, lane, e);
+        vv[e] = xsa_load2(vr, lane, e);
+        s += yy[e].x * vv[e].x + yy[e].y * vv[e].y;
+        nn += vv[e].x * vv[e].x + vv[e].y * vv[e].y;
+    }
+    s = warp_sum(s);
+    nn = warp_sum(nn);
+    const float coef = alpha * (s / (nn + XSA_EPS));
+#pragma unroll
+    for (int e = 0; e < E; e++) xsa_store2(z + row * D, lane, e, yy[e].x - coef * vv[e].x, yy[e].y - coef * vv[e].y);
+}
+
+// One warp per (token, kv head): it owns that dv row and visits the query heads of the group in order, so
+// the sum over the group needs no atomics. With g = dz, n = v.v + eps, p = (y.v) / n, u = g.v:
+//   dy = g - alpha (u / n) v;   extra = -alpha sum_h ((u / n) y + p g - 2 p (u / n) v)
+// FUSED = false (the unfused op): dy (bf16) =, dv (bf16) += extra (added in fp32, rounded once).
+// FUSED = true (attention_backward_xsa_cuda's preprocessing): dy =, dv_extra (fp32, (tokens, Hkv, D)) =
+//   extra, and delta (B, H, T) = rowsum(dy * y) of the bf16-rounded dy the attention matmuls will read.
+// dz, y, dy (tokens, H, D); v, dv (tokens, Hkv, D); tokens = B T. dy may alias dz: each lane reads its
+// elements of a row before it writes them, and no other lane touches them.
+template <int D, bool FUSED>
+__global__ void xsa_backward_kernel(floatX* dy, floatX* dv, float* dv_extra, float* delta, const floatX* dz,
+                                    const floatX* y, const floatX* v, size_t tokens, int T, int H, int Hkv,
+                                    float alpha) {
+    constexpr int E = D / 64;
+    const int lane = threadIdx.x % 32;
+    const size_t w = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // = token * Hkv + kv head
+    if (w >= tokens * Hkv) return;
+    const size_t n = w / Hkv;
+    const int kvh = (int)(w % Hkv), group = H / Hkv;
+    float2 vv[E], ext[E];
+    float nn = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        vv[e] = xsa_load2(v + w * D, lane, e);
+        nn += vv[e].x * vv[e].x + vv[e].y * vv[e].y;
+        ext[e] = make_float2(0.0f, 0.0f);
+    }
+    const float nrm = warp_sum(nn) + XSA_EPS;
+    for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+        const size_t row = (n * H + h) * D;
+        float2 yy[E], gg[E];
+        float s = 0.0f, u = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            yy[e] = xsa_load2(y + row, lane, e);
+            gg[e] = xsa_load2(dz + row, lane, e);
+            s += yy[e].x * vv[e].x + yy[e].y * vv[e].y;
+            u += gg[e].x * vv[e].x + gg[e].y * vv[e].y;
+        }
+        const float p = warp_sum(s) / nrm, un = warp_sum(u) / nrm;
+        float dl = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            const __nv_bfloat162 d2 = __floats2bfloat162_rn(gg[e].x - alpha * un * vv[e].x, gg[e].y - alpha * un * vv[e].y);
+            *reinterpret_cast<__nv_bfloat162*>(dy + row + 2 * lane + 64 * e) = d2;
+            const float2 df = __bfloat1622float2(d2);
+            dl += df.x * yy[e].x + df.y * yy[e].y;
+            ext[e].x += -alpha * (un * yy[e].x + p * gg[e].x - 2.0f * p * un * vv[e].x);
+            ext[e].y += -alpha * (un * yy[e].y + p * gg[e].y - 2.0f * p * un * vv[e].y);
+        }
+        if (FUSED) {
+            dl = warp_sum(dl);
+            const size_t b = n / T, t = n % T;
+            if (lane == 0) delta[(b * H + h) * T + t] = dl;
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        if (FUSED) {
+            *reinterpret_cast<float2*>(dv_extra + w * D + 2 * lane + 64 * e) = ext[e];
+        } else {
+            const float2 old = xsa_load2(dv + w * D, lane, e);
+            xsa_store2(dv + w * D, lane, e, old.x + ext[e].x, old.y + ext[e].y);
+        }
+    }
+}
+
+static inline void xsa_check_shape(int H, int Hkv, int D, const char* who) {
+    if (D != 64 && D != 128) fail("%s: head_dim %d is not supported (64 or 128)", who, D);
+    if (Hkv <= 0 || H % Hkv != 0) fail("%s: %d query heads are not a multiple of %d kv heads", who, H, Hkv);
+}
+
+// z, y (tokens, H, D); v (tokens, Hkv, D) -> z = y - alpha proj_v(y)
+static inline void xsa_forward_cuda(floatX* z, const floatX* y, const floatX* v, size_t tokens, int H, int Hkv, int D,
+                                    float alpha, cudaStream_t stream) {
+    xsa_check_shape(H, Hkv, D, "xsa_forward_cuda");
+    const int block = 256, grid = ceil_div((long)(tokens * H), block / 32);
+    if (grid == 0) return;
+    if (D == 64) xsa_forward_kernel<64><<<grid, block, 0, stream>>>(z, y, v, tokens, H, Hkv, alpha);
+    else xsa_forward_kernel<128><<<grid, block, 0, stream>>>(z, y, v, tokens, H, Hkv, alpha);
+    cudaCheckLaunch();
+}
+
+// dz, y, dy (tokens, H, D); v, dv (tokens, Hkv, D): dy = (may alias dz), dv += the XSA term
+static inline void xsa_backward_cuda(floatX* dy, floatX* dv, const floatX* dz, const floatX* y, const floatX* v,
+                                     size_t tokens, int H, int Hkv, int D, float alpha, cudaStream_t stream) {
+    xsa_check_shape(H, Hkv, D, "xsa_backward_cuda");
+    const int block = 256, grid = ceil_div((long)(tokens * Hkv), block / 32);
+    if (grid == 0) return;
+    // T only places delta, which the unfused op does not write: pass 1
+    if (D == 64) xsa_backward_kernel<64, false><<<grid, block, 0, stream>>>(dy, dv, nullptr, nullptr, dz, y, v, tokens, 1, H, Hkv, alpha);
+    else xsa_backward_kernel<128, false><<<grid, block, 0, stream>>>(dy, dv, nullptr, nullptr, dz, y, v, tokens, 1, H, Hkv, alpha);
+    cudaCheckLaunch();
+}
+
+#endif  // __CUDACC__

@@ -321,7 +321,8 @@ def load_core_yaml(path):
 
 
 def load_random_baselines(path):
-    """{Eval Task: Random baseline (percent)}, as nanochat reads eval_meta_data.csv."""
+    """{Eval Task: Random baseline (percent, as text)}, as nanochat reads eval_meta_data.csv; converted to float
+    in run() only for the tasks used (nanochat converts every row)."""
     try:
         with open(path, encoding="utf-8-sig", newline="") as f:
             reader = csv.DictReader(f)
@@ -329,14 +330,7 @@ def load_random_baselines(path):
             for c in ("Eval Task", "Random baseline"):
                 if c not in cols:
                     raise CoreError(f"{path}: no '{c}' column (columns: {', '.join(cols) or 'none'})")
-            out = {}
-            for row in reader:
-                try:
-                    out[row["Eval Task"]] = float(row["Random baseline"])
-                except (TypeError, ValueError):
-                    raise CoreError(f"{path}: task {row['Eval Task']!r}: random baseline "
-                                    f"{row['Random baseline']!r} is not a number")
-            return out
+            return {row["Eval Task"]: row["Random baseline"] for row in reader}
     except OSError as e:
         raise CoreError(f"{path}: cannot read ({e.strerror})")
 
@@ -769,6 +763,11 @@ def run(args):
     for t in tasks:
         if t["label"] not in baselines:
             raise CoreError(f"task {t['label']}: no row with 'Eval Task' = {t['label']} in eval_meta_data.csv")
+        try:
+            t["random_baseline"] = float(baselines[t["label"]])
+        except (TypeError, ValueError):
+            raise CoreError(f"eval_meta_data.csv: task {t['label']}: random baseline "
+                            f"{baselines[t['label']]!r} is not a number")
         if not os.path.isfile(os.path.join(bundle, "eval_data", t["dataset_uri"])):
             raise CoreError(f"task {t['label']}: missing eval_data/{t['dataset_uri']}")
     # read every task before writing anything, so that most input errors leave --out untouched
@@ -780,7 +779,7 @@ def run(args):
     log(f"tokenizer {tok_path}: vocab {enc.n_vocab}, BOS {te.bos}; bundle {bundle}: {len(tasks)} tasks; "
         f"max per task {max_per_task}")
     for t, items in zip(tasks, all_items):
-        rb = baselines[t["label"]]
+        rb = t["random_baseline"]
         data, st, first = prepare_task(t, items, te, max_per_task, rb)
         name = task_file_name(t)
         write_atomic(os.path.join(out, name), data)

@@ -1,0 +1,339 @@
+// nvcc -arch=sm_90 -O3 -std=c++17 -Xcompiler -Wall,-Wextra -Werror all-warnings -I. dev/cuda/attention_check.cu -o attention_check
+//
+// attention_check: the CUDA attention (attention.cuh) and XSA (xsa.cuh) ops against their CPU twins.
+//   ./attention_check              checks, then timing at d24-like sizes
+//   ./attention_check --no-timing  checks only
+// For several shapes (head_dim 64 and 128, GQA 2:1 and 1:1, window < T and full, T not a multiple of the
+// 64-row tile, B = 2), on fresh random inputs: the forward (y, lse), the backward (dq, dk, dv), the fused
+// XSA forward (z, y, lse) and backward for alpha 0, 0.5, 1, and the unfused XSA ops. The CPU twins run in
+// fp32 on the same bf16-rounded inputs; the comparison is the relative L2 error ||gpu - cpu|| / ||cpu||
+// (bf16 tolerance 1e-2; lse, fp32, 1e-3). Outputs are poisoned (NaN bytes) before every run, so an
+// unwritten element fails the check. Identities checked bit-exactly: two runs give the same bits; the
+// fused forward's y and lse are the plain forward's; alpha = 0 gives z = y and the plain backward's
+// gradients; the forward + backward captured in a CUDA graph replay to the same bits; the unfused
+// backward with dy aliasing dz gives the non-aliased bits. Exit code 1 on any failure; a table last.
+//
+// FLOP convention for the TFLOP/s column: with P = sum_i min(window + 1, i + 1) the (query, key) pairs
+// inside the causal window, per (b, h): forward 4 D P (Q K^T and P V, 2 FLOP per multiply-add),
+// backward 10 D P (FA2's 2.5x: S, dP, dV, dK, dQ). Our backward recomputes S and dP in both of its
+// kernels, so it executes 14 D P; masked halves of diagonal tiles are not counted either.
+#include "attention.cuh"
+#include "xsa.cuh"
+
+#include <algorithm>
+#include <vector>
+
+static int g_failures = 0;
+static bool g_quiet_pass = false;
+
+static void report(bool ok, const char* what, const char* detail) {
+    if (!ok) g_failures++;
+    if (!ok || !g_quiet_pass) printf("%s %-44s %s\n", ok ? "ok  " : "FAIL", what, detail);
+}
+
+// ||a - b|| / ||b|| in double; NaN anywhere gives NaN (which fails every tolerance test below)
+static double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+    double diff = 0.0, ref = 0.0;
+    for (size_t i = 0; i < a.size(); i++) {
+        const double d = (double)a[i] - (double)b[i];
+        diff += d * d;
+        ref += (double)b[i] * (double)b[i];
+    }
+    return ref > 0.0 ? sqrt(diff / ref) : sqrt(diff);
+}
+
+static void check_close(const char* what, const std::vector<float>& gpu, const std::vector<float>& cpu, double tol) {
+    const double err = rel_l2(gpu, cpu);
+    char detail[96];
+    snprintf(detail, sizeof detail, "rel L2 %.2e (tol %.0e)", err, tol);
+    report(err <= tol, what, detail);  // written so that NaN fails
+}
+
+// ---- device buffers ----
+
+template <typename Tp>
+struct Buf {
+    Tp* p = nullptr;
+    size_t n = 0;
+    explicit Buf(size_t count) : n(count) { cudaCheck(cudaMalloc(&p, (n ? n : 1) * sizeof(Tp))); }
+    ~Buf() { cudaFree(p); }
+    Buf(const Buf&) = delete;
+    Buf& operator=(const Buf&) = delete;
+    size_t bytes() const { return n * sizeof(Tp); }
+    void poison(cudaStream_t s) { cudaCheck(cudaMemsetAsync(p, 0xFF, bytes(), s)); }  // NaN in bf16 and fp32
+};
+
+
+// fresh random values, rounded to bf16 on the host (the CPU twin's input) and uploaded
+static std::vector<float> random_bf16(Buf<floatX>& dst, float std, Rng* rng) {
+    std::vector<float> h(dst.n);
+    std::vector<floatX> hb(dst.n);
+    for (size_t i = 0; i < h.size(); i++) {
+        hb[i] = __float2bfloat16_rn(std * rng_normal(rng));
+        h[i] = __bfloat162float(hb[i]);
+    }
+    cudaCheck(cudaMemcpy(dst.p, hb.data(), dst.bytes(), cudaMemcpyHostToDevice));
+    return h;
+}
+
+static std::vector<float> download(const Buf<floatX>& src) {
+    std::vector<floatX> hb(src.n);
+    cudaCheck(cudaMemcpy(hb.data(), src.p, src.bytes(), cudaMemcpyDeviceToHost));
+    std::vector<float> h(src.n);
+    for (size_t i = 0; i < h.size(); i++) h[i] = __bfloat162float(hb[i]);
+    return h;
+}
+static std::vector<float> download(const Buf<float>& src) {
+    std::vector<float> h(src.n);
+    cudaCheck(cudaMemcpy(h.data(), src.p, src.bytes(), cudaMemcpyDeviceToHost));
+    return h;
+}
+static void upload(Buf<floatX>& dst, const std::vector<float>& h) {
+    std::vector<floatX> hb(h.size());
+    for (size_t i = 0; i < h.size(); i++) hb[i] = __float2bfloat16_rn(h[i]);
+    cudaCheck(cudaMemcpy(dst.p, hb.data(), dst.bytes(), cudaMemcpyHostToDevice));
+}
+
+template <typename Tp>
+static bool same_bits(const Buf<Tp>& a, const Buf<Tp>& b) {
+    std::vector<unsigned char> ha(a.bytes()), hb(b.bytes());
+    cudaCheck(cudaMemcpy(ha.data(), a.p, a.bytes(), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(hb.data(), b.p, b.bytes(), cudaMemcpyDeviceToHost));
+    return a.bytes() == b.bytes() && memcmp(ha.data(), hb.data(), ha.size()) == 0;
+}
+
+static void check_bits(const char* what, bool same) { report(same, what, same ? "identical bits" : "bits differ"); }
+
+// ---- correctness ----
+
+struct Shape {
+    int B, T, H, Hkv, D, window;
+};
+
+static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
+    const int B = s.B, T = s.T, H = s.H, Hkv = s.Hkv, D = s.D, W = s.window;
+    const size_t tokens = (size_t)B * T, nq = tokens * H * D, nkv = tokens * Hkv * D, nl = (size_t)B * H * T;
+    printf("-- B %d T %d H %d Hkv %d D %d window %d\n", B, T, H, Hkv, D, W);
+    char name[128];
+#define NAME(...) (snprintf(name, sizeof name, __VA_ARGS__), name)
+
+    Buf<floatX> q(nq), k(nkv), v(nkv), dy(nq), y(nq), y2(nq), z(nq), z2(nq);
+    Buf<float> lse(nl), lse2(nl);
+    Buf<floatX> dq(nq), dk(nkv), dv(nkv), dq2(nq), dk2(nkv), dv2(nkv), dq0(nq), dk0(nkv), dv0(nkv);
+    Buf<float> scratch(attention_backward_scratch_floats(B, T, H, Hkv, D, true));
+    std::vector<float> hq = random_bf16(q, 1.5f, rng), hk = random_bf16(k, 1.5f, rng), hv = random_bf16(v, 1.0f, rng);
+    std::vector<float> hdy = random_bf16(dy, 1.0f, rng);
+
+    // plain forward
+    std::vector<float> cy(nq), clse(nl);
+    attention_forward_cpu(cy.data(), clse.data(), hq.data(), hk.data(), hv.data(), B, T, H, Hkv, D, W);
+    y.poison(st), lse.poison(st);
+    attention_forward_cuda(y.p, lse.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, st);
+    check_close("forward y", download(y), cy, 1e-2);
+    check_close("forward lse", download(lse), clse, 1e-3);
+    y2.poison(st), lse2.poison(st);
+    attention_forward_cuda(y2.p, lse2.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, st);
+    check_bits("forward deterministic (y, lse)", same_bits(y, y2) && same_bits(lse, lse2));
+
+    // plain backward, with the GPU's y and lse (as training would); the CPU twin accumulates: zeros first
+    const std::vector<float> gy = download(y), glse = download(lse);
+    std::vector<float> cdq(nq, 0.0f), cdk(nkv, 0.0f), cdv(nkv, 0.0f);
+    attention_backward_cpu(cdq.data(), cdk.data(), cdv.data(), hdy.data(), hq.data(), hk.data(), hv.data(), gy.data(),
+                           glse.data(), B, T, H, Hkv, D, W);
+    dq.poison(st), dk.poison(st), dv.poison(st), scratch.poison(st);
+    attention_backward_cuda(dq.p, dk.p, dv.p, dy.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, scratch.p, st);
+    check_close("backward dq", download(dq), cdq, 1e-2);
+    check_close("backward dk", download(dk), cdk, 1e-2);
+    check_close("backward dv", download(dv), cdv, 1e-2);
+    dq2.poison(st), dk2.poison(st), dv2.poison(st), scratch.poison(st);
+    attention_backward_cuda(dq2.p, dk2.p, dv2.p, dy.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, scratch.p, st);
+    check_bits("backward deterministic (dq, dk, dv)", same_bits(dq, dq2) && same_bits(dk, dk2) && same_bits(dv, dv2));
+
+    // fused XSA
+    const float alphas[3] = {0.0f, 0.5f, 1.0f};
+    for (float alpha : alphas) {
+        std::vector<float> cz(nq);
+        xsa_forward_cpu(cz.data(), cy.data(), hv.data(), tokens, H, Hkv, D, alpha);
+        z.poison(st), y2.poison(st), lse2.poison(st);
+        attention_forward_xsa_cuda(z.p, y2.p, lse2.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, alpha, st);
+        check_close(NAME("xsa %.1f forward z", alpha), download(z), cz, 1e-2);
+        check_bits(NAME("xsa %.1f forward y, lse == plain forward", alpha), same_bits(y, y2) && same_bits(lse, lse2));
+        if (alpha == 0.0f) check_bits("xsa 0.0 forward z == y", same_bits(z, y));
+        // the fused epilogue against the unfused op on the same bf16 y
+        z2.poison(st);
+        xsa_forward_cuda(z2.p, y.p, v.p, tokens, H, Hkv, D, alpha, st);
+        check_close(NAME("xsa %.1f fused z vs unfused op", alpha), download(z), download(z2), 1e-6);
+        y2.poison(st), lse2.poison(st), z2.poison(st);
+        attention_forward_xsa_cuda(z2.p, y2.p, lse2.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, alpha, st);
+        check_bits(NAME("xsa %.1f forward deterministic", alpha), same_bits(z, z2) && same_bits(y, y2) && same_bits(lse, lse2));
+
+        // backward: dz fresh; CPU: xsa_backward (dy =, dv +=) then attention backward (+=)
+        Buf<floatX> dz(nq);
+        std::vector<float> hdz = random_bf16(dz, 1.0f, rng);
+        std::vector<float> cdy2(nq);
+        std::fill(cdq.begin(), cdq.end(), 0.0f), std::fill(cdk.begin(), cdk.end(), 0.0f), std::fill(cdv.begin(), cdv.end(), 0.0f);
+        xsa_backward_cpu(cdy2.data(), cdv.data(), hdz.data(), gy.data(), hv.data(), tokens, H, Hkv, D, alpha);
+        attention_backward_cpu(cdq.data(), cdk.data(), cdv.data(), cdy2.data(), hq.data(), hk.data(), hv.data(), gy.data(),
+                               glse.data(), B, T, H, Hkv, D, W);
+        dq.poison(st), dk.poison(st), dv.poison(st), scratch.poison(st);
+        attention_backward_xsa_cuda(dq.p, dk.p, dv.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, alpha, scratch.p, st);
+        check_close(NAME("xsa %.1f backward dq", alpha), download(dq), cdq, 1e-2);
+        check_close(NAME("xsa %.1f backward dk", alpha), download(dk), cdk, 1e-2);
+        check_close(NAME("xsa %.1f backward dv", alpha), download(dv), cdv, 1e-2);
+        dq2.poison(st), dk2.poison(st), dv2.poison(st), scratch.poison(st);
+        attention_backward_xsa_cuda(dq2.p, dk2.p, dv2.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, alpha, scratch.p, st);
+        check_bits(NAME("xsa %.1f backward deterministic", alpha), same_bits(dq, dq2) && same_bits(dk, dk2) && same_bits(dv, dv2));
+        if (alpha == 0.0f) {
+            dq0.poison(st), dk0.poison(st), dv0.poison(st), scratch.poison(st);
+            attention_backward_cuda(dq0.p, dk0.p, dv0.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, scratch.p, st);
+            check_bits("xsa 0.0 backward == plain backward", same_bits(dq, dq0) && same_bits(dk, dk0) && same_bits(dv, dv0));
+        }
+
+        // unfused XSA on fresh y, v, dz; dv starts from small random values (the op accumulates)
+        Buf<floatX> uy(nq), uv(nkv), udz(nq), udy(nq), udv(nkv), uz(nq), udv2(nkv);
+        std::vector<float> huy = random_bf16(uy, 1.0f, rng), huv = random_bf16(uv, 1.0f, rng);
+        std::vector<float> hudz = random_bf16(udz, 1.0f, rng), hudv = random_bf16(udv, 0.1f, rng);
+        std::vector<float> cuz(nq), cudy(nq), cudv = hudv;
+        xsa_forward_cpu(cuz.data(), huy.data(), huv.data(), tokens, H, Hkv, D, alpha);
+        xsa_backward_cpu(cudy.data(), cudv.data(), hudz.data(), huy.data(), huv.data(), tokens, H, Hkv, D, alpha);
+        uz.poison(st);
+        xsa_forward_cuda(uz.p, uy.p, uv.p, tokens, H, Hkv, D, alpha, st);
+        check_close(NAME("xsa %.1f unfused forward z", alpha), download(uz), cuz, 1e-2);
+        udy.poison(st);
+        xsa_backward_cuda(udy.p, udv.p, udz.p, uy.p, uv.p, tokens, H, Hkv, D, alpha, st);
+        check_close(NAME("xsa %.1f unfused backward dy", alpha), download(udy), cudy, 1e-2);
+        check_close(NAME("xsa %.1f unfused backward dv (+=)", alpha), download(udv), cudv, 1e-2);
+        // in place (dy aliasing dz), dv from the same start: the same bits
+        upload(udv2, hudv);
+        xsa_backward_cuda(udz.p, udv2.p, udz.p, uy.p, uv.p, tokens, H, Hkv, D, alpha, st);
+        check_bits(NAME("xsa %.1f unfused backward in place (dy = dz)", alpha), same_bits(udz, udy) && same_bits(udv2, udv));
+    }
+
+    // the fused forward + backward captured in a CUDA graph (no host sync, no allocation inside) replays
+    // to the bits of the direct calls (the last alpha, 1: z, y, lse and dq, dk, dv of the last direct run)
+    {
+        Buf<floatX> dz(nq);
+        random_bf16(dz, 1.0f, rng);
+        attention_forward_xsa_cuda(z.p, y.p, lse.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, 1.0f, st);
+        attention_backward_xsa_cuda(dq.p, dk.p, dv.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, 1.0f, scratch.p, st);
+        z2.poison(st), y2.poison(st), lse2.poison(st), dq2.poison(st), dk2.poison(st), dv2.poison(st), scratch.poison(st);
+        cudaCheck(cudaStreamSynchronize(st));
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        cudaCheck(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+        attention_forward_xsa_cuda(z2.p, y2.p, lse2.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, 1.0f, st);
+        attention_backward_xsa_cuda(dq2.p, dk2.p, dv2.p, dz.p, q.p, k.p, v.p, y2.p, lse2.p, B, T, H, Hkv, D, W, 1.0f, scratch.p, st);
+        cudaCheck(cudaStreamEndCapture(st, &graph));
+        cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
+        cudaCheck(cudaGraphLaunch(exec, st));
+        cudaCheck(cudaStreamSynchronize(st));
+        check_bits("graph replay == direct calls", same_bits(z, z2) && same_bits(y, y2) && same_bits(lse, lse2) &&
+                                                       same_bits(dq, dq2) && same_bits(dk, dk2) && same_bits(dv, dv2));
+        cudaCheck(cudaGraphExecDestroy(exec));
+        cudaCheck(cudaGraphDestroy(graph));
+    }
+    cudaCheck(cudaStreamSynchronize(st));
+#undef NAME
+}
+
+// ---- timing ----
+
+struct Row {
+    char shape[64], op[32];
+    double ms, rate;
+    const char* unit;
+};
+
+// median time (ms) of `reps` runs of fn, each after a write of 256 MB that evicts the L2
+template <typename F>
+static double time_median(F fn, Buf<unsigned char>& flush, cudaStream_t st, int reps = 21) {
+    cudaEvent_t start, stop;
+    cudaCheck(cudaEventCreate(&start));
+    cudaCheck(cudaEventCreate(&stop));
+    for (int i = 0; i < 3; i++) fn();  // warm-up (module load, shared-memory attributes)
+    std::vector<float> ms(reps);
+    for (int i = 0; i < reps; i++) {
+        cudaCheck(cudaMemsetAsync(flush.p, i & 0xFF, flush.bytes(), st));
+        cudaCheck(cudaEventRecord(start, st));
+        fn();
+        cudaCheck(cudaEventRecord(stop, st));
+        cudaCheck(cudaEventSynchronize(stop));
+        cudaCheck(cudaEventElapsedTime(&ms[i], start, stop));
+    }
+    cudaCheck(cudaEventDestroy(start));
+    cudaCheck(cudaEventDestroy(stop));
+    std::sort(ms.begin(), ms.end());
+    return ms[reps / 2];
+}
+
+static void time_shape(const Shape& s, Rng* rng, cudaStream_t st, Buf<unsigned char>& flush, std::vector<Row>& rows) {
+    const int B = s.B, T = s.T, H = s.H, Hkv = s.Hkv, D = s.D, W = s.window;
+    const size_t tokens = (size_t)B * T, nq = tokens * H * D, nkv = tokens * Hkv * D, nl = (size_t)B * H * T;
+    Buf<floatX> q(nq), k(nkv), v(nkv), dz(nq), y(nq), z(nq), dq(nq), dk(nkv), dv(nkv), dy(nq);
+    Buf<float> lse(nl), scratch(attention_backward_scratch_floats(B, T, H, Hkv, D, true));
+    random_bf16(q, 1.5f, rng), random_bf16(k, 1.5f, rng), random_bf16(v, 1.0f, rng), random_bf16(dz, 1.0f, rng);
+    double pairs = 0.0;  // (query, key) pairs inside the causal window, per (b, h)
+    for (int i = 0; i < T; i++) pairs += std::min(W + 1, i + 1);
+    const double fwd_flop = 4.0 * D * pairs * B * H, bwd_flop = 10.0 * D * pairs * B * H;
+    const double xsa_fwd_bytes = 2.0 * (2.0 * nq + nkv), xsa_bwd_bytes = 2.0 * (3.0 * nq + 3.0 * nkv);
+    char shape[64];
+    snprintf(shape, sizeof shape, "B%d T%d H%d/%d D%d w%d", B, T, H, Hkv, D, W);
+
+    attention_forward_xsa_cuda(z.p, y.p, lse.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, 0.5f, st);  // y, lse for the backward
+    auto add = [&](const char* op, double ms, double amount, bool flop) {
+        Row r;
+        snprintf(r.shape, sizeof r.shape, "%s", shape);
+        snprintf(r.op, sizeof r.op, "%s", op);
+        r.ms = ms;
+        r.rate = amount / (ms * 1e-3) / (flop ? 1e12 : 1e9);
+        r.unit = flop ? "TFLOP/s" : "GB/s";
+        rows.push_back(r);
+    };
+    add("forward", time_median([&] { attention_forward_cuda(y.p, lse.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, st); }, flush, st), fwd_flop, true);
+    add("forward xsa", time_median([&] { attention_forward_xsa_cuda(z.p, y.p, lse.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, 0.5f, st); }, flush, st), fwd_flop, true);
+    add("backward", time_median([&] { attention_backward_cuda(dq.p, dk.p, dv.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, scratch.p, st); }, flush, st), bwd_flop, true);
+    add("backward xsa", time_median([&] { attention_backward_xsa_cuda(dq.p, dk.p, dv.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, 0.5f, scratch.p, st); }, flush, st), bwd_flop, true);
+    add("xsa unfused fwd", time_median([&] { xsa_forward_cuda(z.p, y.p, v.p, tokens, H, Hkv, D, 0.5f, st); }, flush, st), xsa_fwd_bytes, false);
+    add("xsa unfused bwd", time_median([&] { xsa_backward_cuda(dy.p, dv.p, dz.p, y.p, v.p, tokens, H, Hkv, D, 0.5f, st); }, flush, st), xsa_bwd_bytes, false);
+}
+
+int main(int argc, char** argv) {
+    bool timing = true;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--no-timing")) timing = false;
+        else if (!strcmp(argv[i], "--quiet")) g_quiet_pass = true;  // print failures only
+        else fail("usage: %s [--no-timing] [--quiet]", argv[0]);
+    }
+    cuda_context_init();
+    printf("attention_check on %s (%d SMs)\n", g_cuda.name, g_cuda.sm_count);
+    cudaStream_t st;
+    cudaCheck(cudaStreamCreate(&st));
+    Rng rng = {20260610ull};
+
+    const Shape shapes[] = {
+        {2, 100, 4, 2, 64, 100},   // full window, T < 2 tiles and not a multiple of 64, GQA 2:1
+        {2, 200, 4, 2, 64, 37},    // window < tile, tiles outside the window skipped
+        {2, 130, 2, 2, 128, 130},  // D 128, full
+        {2, 257, 4, 2, 128, 70},   // D 128, window, one row in the last tile
+        {1, 300, 2, 1, 64, 0},     // window 0: every token sees only itself (GQA 2:1)
+        {1, 512, 2, 1, 64, 128},   // T and window multiples of the tile
+    };
+    for (const Shape& s : shapes) check_shape(s, &rng, st);
+
+    std::vector<Row> rows;
+    if (timing) {
+        Buf<unsigned char> flush((size_t)256 << 20);
+        const Shape timed[] = {
+            {8, 2048, 16, 16, 64, 2048},  // d24 (dim 1024, 16 heads of 64), long-window layer
+            {8, 2048, 16, 16, 64, 512},   // d24 short-window layer (T / 4)
+            {8, 2048, 12, 12, 128, 2048}, // nanochat's d24 shape (1536 / 12 heads of 128)
+        };
+        for (const Shape& s : timed) time_shape(s, &rng, st, flush, rows);
+    }
+    cudaCheck(cudaStreamDestroy(st));
+
+    printf("\n%-28s %-16s %10s %12s\n", "shape", "op", "ms", "rate");
+    for (const Row& r : rows) printf("%-28s %-16s %10.3f %8.1f %s\n", r.shape, r.op, r.ms, r.rate, r.unit);
+    printf("%s: %d failed checks\n", g_failures ? "FAIL" : "PASS", g_failures);
+    return g_failures ? 1 : 0;
+}
