@@ -38,6 +38,9 @@ Model (nanochat a825e63 and later, ../shared/spec/nanochat.md 1.2-1.7), per toke
 #include "tokenizer.h"
 #include "xsa.cuh"
 
+// The activation type: fp32 on the CPU backend (the CUDA backend's bf16 comes with issue #6)
+typedef float floatX;
+
 // ----------------------------------------------------------------------------------------------------
 // Configuration
 
@@ -281,101 +284,103 @@ static void point_weights(Weights* w, float* base, const GPTConfig& c, const std
 // computed by running the same carve-out twice: once to count, once to hand out pointers.
 
 struct LayerActs {
-    float* x_mix;    // (N, C)      block input after the lambda mix
+    floatX* x_mix;    // (N, C)      block input after the lambda mix
     float* rstd1;    // (N)
-    float* h;        // (N, C)      norm(x_mix)
-    float* q;        // (N, H, D)   after rotary, QK-norm and the 1.2 scale
-    float* k;        // (N, Hkv, D) likewise
-    float* v;        // (N, Hkv, D) after the value-embedding mix
+    floatX* h;        // (N, C)      norm(x_mix)
+    floatX* q;        // (N, H, D)   after rotary, QK-norm and the 1.2 scale
+    floatX* k;        // (N, Hkv, D) likewise
+    floatX* v;        // (N, Hkv, D) after the value-embedding mix
     float* q_rstd;   // (N, H)
     float* k_rstd;   // (N, Hkv)
     float* ve_gate;  // (N, Hkv)    3 sigmoid(...), VE layers only
-    float* y;        // (N, H, D)   attention output
+    floatX* y;        // (N, H, D)   attention output
     float* lse;      // (B, H, T)   softmax log-sum-exp per query row
-    float* z;        // (N, H, D)   after XSA; == y on layers without XSA
-    float* x_attn;   // (N, C)      x_mix + attention branch
+    floatX* z;        // (N, H, D)   after XSA; == y on layers without XSA
+    floatX* x_attn;   // (N, C)      x_mix + attention branch
     float* rstd2;    // (N)
-    float* h2;       // (N, C)      norm(x_attn)
-    float* fc;       // (N, 4C)     MLP pre-activation
-    float* act;      // (N, 4C)     relu(fc)^2
-    float* x_out;    // (N, C)      x_attn + MLP branch
+    floatX* h2;       // (N, C)      norm(x_attn)
+    floatX* fc;       // (N, 4C)     MLP pre-activation
+    floatX* act;      // (N, 4C)     relu(fc)^2
+    floatX* x_out;    // (N, C)      x_attn + MLP branch
 };
 
 struct Acts {
     int* idx;           // (N)
     int* targets;       // (N)
-    float* emb_norm;    // (N, C)  norm(wte[idx])
+    floatX* emb_norm;    // (N, C)  norm(wte[idx])
     float* emb_rstd;    // (N)
     float* smear_logit; // (N)     smear only
-    float* x0;          // (N, C)  smear(emb_norm); == emb_norm without smear
+    floatX* x0;          // (N, C)  smear(emb_norm); == emb_norm without smear
     std::vector<LayerActs> layer;
-    float* x_backout;   // (N, C)  x - backout_lambda * x_out[L/2]
+    floatX* x_backout;   // (N, C)  x - backout_lambda * x_out[L/2]
     float* rstd_f;      // (N)
-    float* x_final;     // (N, C)  norm(x_backout)
-    float* logits;      // (N, V)  softcapped logits; turned into their gradient by the backward
+    floatX* x_final;     // (N, C)  norm(x_backout)
+    floatX* logits;      // (N, V)  softcapped logits; turned into their gradient by the backward
     float* losses;      // (N)
     // backward scratch (shared by all layers)
-    float *d_res, *d_x0, *d_backout, *d_h, *d_q, *d_k, *d_v, *d_y, *d_q_rot, *d_k_rot, *d_fc, *d_ve, *ve_rows;
+    floatX *d_res, *d_x0, *d_backout, *d_h, *d_q, *d_k, *d_v, *d_y, *d_q_rot, *d_k_rot, *d_fc, *d_ve, *ve_rows;
 };
 
+// Hands out typed, 256-byte aligned pieces of one allocation; with base == nullptr it only counts bytes.
 struct Carver {
-    float* base;
+    char* base;
     size_t used;
-    float* take(size_t n) {
-        float* p = base ? base + used : nullptr;
-        used += n;
+    template <typename T>
+    T* take(size_t n) {
+        T* p = base ? (T*)(base + used) : nullptr;
+        used += (n * sizeof(T) + 255) / 256 * 256;
         return p;
     }
 };
 
 static void carve_acts(Acts* a, Carver* cv, const GPTConfig& c, int B, int T) {
     size_t N = (size_t)B * T, C = c.n_embd, qd = (size_t)c.n_head * c.head_dim, kvd = (size_t)c.n_kv_head * c.head_dim;
-    a->idx = (int*)cv->take(N);  // ints share the float-sized slots
-    a->targets = (int*)cv->take(N);
-    a->emb_norm = cv->take(N * C);
-    a->emb_rstd = cv->take(N);
-    a->smear_logit = c.smear ? cv->take(N) : nullptr;
-    a->x0 = c.smear ? cv->take(N * C) : a->emb_norm;
+    a->idx = cv->take<int>(N);
+    a->targets = cv->take<int>(N);
+    a->emb_norm = cv->take<floatX>(N * C);
+    a->emb_rstd = cv->take<float>(N);
+    a->smear_logit = c.smear ? cv->take<float>(N) : nullptr;
+    a->x0 = c.smear ? cv->take<floatX>(N * C) : a->emb_norm;
     a->layer.resize(c.n_layer);
     for (int l = 0; l < c.n_layer; l++) {
         LayerActs& la = a->layer[l];
-        la.x_mix = cv->take(N * C);
-        la.rstd1 = cv->take(N);
-        la.h = cv->take(N * C);
-        la.q = cv->take(N * qd);
-        la.k = cv->take(N * kvd);
-        la.v = cv->take(N * kvd);
-        la.q_rstd = cv->take(N * c.n_head);
-        la.k_rstd = cv->take(N * c.n_kv_head);
-        la.ve_gate = layer_has_ve(c, l) ? cv->take(N * c.n_kv_head) : nullptr;
-        la.y = cv->take(N * qd);
-        la.lse = cv->take(N * c.n_head);
-        la.z = layer_has_xsa(c, l) ? cv->take(N * qd) : la.y;
-        la.x_attn = cv->take(N * C);
-        la.rstd2 = cv->take(N);
-        la.h2 = cv->take(N * C);
-        la.fc = cv->take(N * 4 * C);
-        la.act = cv->take(N * 4 * C);
-        la.x_out = cv->take(N * C);
+        la.x_mix = cv->take<floatX>(N * C);
+        la.rstd1 = cv->take<float>(N);
+        la.h = cv->take<floatX>(N * C);
+        la.q = cv->take<floatX>(N * qd);
+        la.k = cv->take<floatX>(N * kvd);
+        la.v = cv->take<floatX>(N * kvd);
+        la.q_rstd = cv->take<float>(N * c.n_head);
+        la.k_rstd = cv->take<float>(N * c.n_kv_head);
+        la.ve_gate = layer_has_ve(c, l) ? cv->take<float>(N * c.n_kv_head) : nullptr;
+        la.y = cv->take<floatX>(N * qd);
+        la.lse = cv->take<float>(N * c.n_head);
+        la.z = layer_has_xsa(c, l) ? cv->take<floatX>(N * qd) : la.y;
+        la.x_attn = cv->take<floatX>(N * C);
+        la.rstd2 = cv->take<float>(N);
+        la.h2 = cv->take<floatX>(N * C);
+        la.fc = cv->take<floatX>(N * 4 * C);
+        la.act = cv->take<floatX>(N * 4 * C);
+        la.x_out = cv->take<floatX>(N * C);
     }
-    a->x_backout = cv->take(N * C);
-    a->rstd_f = cv->take(N);
-    a->x_final = cv->take(N * C);
-    a->logits = cv->take(N * c.vocab_size);
-    a->losses = cv->take(N);
-    a->d_res = cv->take(N * C);
-    a->d_x0 = cv->take(N * C);
-    a->d_backout = cv->take(N * C);
-    a->d_h = cv->take(N * C);
-    a->d_q = cv->take(N * qd);
-    a->d_k = cv->take(N * kvd);
-    a->d_v = cv->take(N * kvd);
-    a->d_y = cv->take(N * qd);
-    a->d_q_rot = cv->take(N * qd);
-    a->d_k_rot = cv->take(N * kvd);
-    a->d_fc = cv->take(N * 4 * C);
-    a->d_ve = cv->take(N * kvd);
-    a->ve_rows = cv->take(N * kvd);
+    a->x_backout = cv->take<floatX>(N * C);
+    a->rstd_f = cv->take<float>(N);
+    a->x_final = cv->take<floatX>(N * C);
+    a->logits = cv->take<floatX>(N * c.vocab_size);
+    a->losses = cv->take<float>(N);
+    a->d_res = cv->take<floatX>(N * C);
+    a->d_x0 = cv->take<floatX>(N * C);
+    a->d_backout = cv->take<floatX>(N * C);
+    a->d_h = cv->take<floatX>(N * C);
+    a->d_q = cv->take<floatX>(N * qd);
+    a->d_k = cv->take<floatX>(N * kvd);
+    a->d_v = cv->take<floatX>(N * kvd);
+    a->d_y = cv->take<floatX>(N * qd);
+    a->d_q_rot = cv->take<floatX>(N * qd);
+    a->d_k_rot = cv->take<floatX>(N * kvd);
+    a->d_fc = cv->take<floatX>(N * 4 * C);
+    a->d_ve = cv->take<floatX>(N * kvd);
+    a->ve_rows = cv->take<floatX>(N * kvd);
 }
 
 // ----------------------------------------------------------------------------------------------------
@@ -389,8 +394,8 @@ struct GPT {
     float* grads = nullptr;    // accumulated by gpt_backward, cleared by gpt_zero_grad
     Weights w, g;              // typed views of params and grads
     int B = 0, T = 0;          // batch shape the activations are allocated for
-    float* act_memory = nullptr;
-    size_t num_act_floats = 0; // allocated capacity
+    char* act_memory = nullptr;
+    size_t act_bytes = 0;      // allocated capacity
     Acts acts;
     std::vector<float> rope_cos, rope_sin;  // (T, D/2)
     float mean_loss = 0.0f;
@@ -485,10 +490,10 @@ static void gpt_ensure_acts(GPT* model, int B, int T) {
     if (T > 10 * c.seq_len) fail("sequence of %d tokens is longer than 10 x --seq-len = %d", T, 10 * c.seq_len);
     Carver count{nullptr, 0};
     carve_acts(&model->acts, &count, c, B, T);
-    if (count.used > model->num_act_floats) {
+    if (count.used > model->act_bytes) {
         free(model->act_memory);
-        model->num_act_floats = count.used;
-        model->act_memory = (float*)malloc_or_fail(count.used * sizeof(float), "activations");
+        model->act_bytes = count.used;
+        model->act_memory = (char*)malloc_or_fail(count.used, "activations");
     }
     Carver assign{model->act_memory, 0};
     carve_acts(&model->acts, &assign, c, B, T);
@@ -1307,7 +1312,7 @@ static void print_model(const GPTConfig& c, int B) {
            pc.wte, pc.value_embeds, pc.lm_head, pc.transformer_matrices, pc.scalars, pc.total);
     printf("scaling parameters (matrices + lm_head): %zu | FLOPs/token (6N + attention): %.4e\n", pc.scaling, flops_per_token(c));
     printf("memory: parameters %.1f MiB, gradients %.1f MiB, activations for B=%d %.1f MiB\n", pc.total * 4.0 / (1 << 20),
-           pc.total * 4.0 / (1 << 20), B, count.used * 4.0 / (1 << 20));
+           pc.total * 4.0 / (1 << 20), B, count.used / (double)(1 << 20));
 }
 
 static void print_plan(const TrainingPlan& plan, int accum) {
