@@ -10,6 +10,7 @@
 #ifdef __CUDACC__
 
 #include <cuda_bf16.h>
+#include <cstdint>
 #include <cuda_runtime.h>
 #include "common.h"
 
@@ -49,6 +50,52 @@ __device__ __forceinline__ float block_sum(float v, float* shared) {
     __syncthreads();
     v = lane < warps ? shared[lane] : 0.0f;
     return warp_sum(v);
+}
+
+// 16-byte access helpers of the elementwise kernels (norm, rotary, mlp, residual, embedding). One thread
+// moves 8 consecutive elements: one 16-byte load for 8 bf16, two for 8 fp32. Pointers must be 16-byte aligned.
+static inline bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
+
+__device__ __forceinline__ int4 ld16(const void* p) { return *reinterpret_cast<const int4*>(p); }
+
+__device__ __forceinline__ void unpack8(float (&f)[8], int4 raw) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float2 t = __bfloat1622float2(h[k]);
+        f[2 * k] = t.x;
+        f[2 * k + 1] = t.y;
+    }
+}
+
+__device__ __forceinline__ int4 pack8(const float (&f)[8]) {
+    int4 raw;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+    return raw;
+}
+
+__device__ __forceinline__ void load8(float (&f)[8], const floatX* p) { unpack8(f, ld16(p)); }
+__device__ __forceinline__ void load8(float (&f)[8], const float* p) {
+    float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+__device__ __forceinline__ void store8(floatX* p, const float (&f)[8]) { *reinterpret_cast<int4*>(p) = pack8(f); }
+__device__ __forceinline__ void store8(float* p, const float (&f)[8]) {
+    *reinterpret_cast<float4*>(p) = make_float4(f[0], f[1], f[2], f[3]);
+    *reinterpret_cast<float4*>(p + 4) = make_float4(f[4], f[5], f[6], f[7]);
+}
+
+// Sum over a group of G consecutive lanes (G a power of two <= 32, groups aligned in the warp); every
+// lane of the group gets the group's total. Only the group's own lanes take part, so a group whose row
+// is out of range may return early. Butterfly order: fixed, deterministic.
+template <int G>
+__device__ __forceinline__ float group_sum(float v) {
+    const unsigned mask = G == 32 ? 0xffffffffu : ((1u << (G % 32)) - 1u) << (threadIdx.x % 32 / G * G);
+#pragma unroll
+    for (int offset = G / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(mask, v, offset);
+    return v;
 }
 
 // The device's SM count and a scratch buffer for two-pass deterministic reductions, set up once.

@@ -37,7 +37,8 @@ static inline void embedding_backward_cpu(float* dtable, const int* idx, const f
 
 // Smear: for t >= 1, out_t = x_t + lambda * sigmoid(w . x_t[0:24]) * x_{t-1}; out_0 = x_0.
 // x, out (B, T, C); gate_logit (B, T) keeps w . x_t[0:24] for the backward.
-static inline void smear_forward_cpu(float* out, float* gate_logit, const float* x, const float* w, float lambda, int B, int T, int C) {
+static inline void smear_forward_cpu(float* out, float* gate_logit, const float* x, const float* w, const float* lambda_ptr, int B, int T, int C) {
+    const float lambda = lambda_ptr[0];
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
@@ -60,7 +61,8 @@ static inline void smear_forward_cpu(float* out, float* gate_logit, const float*
 
 // dx (B, T, C) += dL/dx through the smear; dw (24) and dlambda (1) accumulate. dout (B, T, C).
 static inline void smear_backward_cpu(float* dx, float* dw, float* dlambda, const float* dout, const float* x,
-                                      const float* gate_logit, const float* w, float lambda, int B, int T, int C) {
+                                      const float* gate_logit, const float* w, const float* lambda_ptr, int B, int T, int C) {
+    const float lambda = lambda_ptr[0];
     // per token: dL/d(gate) = dout_t . x_{t-1}; the (N x 25) parameter partials are summed serially below
     size_t N = (size_t)B * T;
     std::vector<float> dgate(N, 0.0f);
@@ -105,9 +107,10 @@ static inline void smear_backward_cpu(float* dx, float* dw, float* dlambda, cons
 }
 
 // Value-embedding mix (ResFormer style), in place on v (N, Hkv, D):
-//   gate[n, g] = 3 * sigmoid(h[n, 0:12] . wg[g, :]);  v[n, g, :] += gate[n, g] * ve[n, g, :]
-// h (N, C) is the normed block input, wg (Hkv, 12), ve (N, Hkv*D) the looked-up table rows; gate (N, Hkv).
-static inline void value_embed_forward_cpu(float* v, float* gate, const float* h, const float* wg, const float* ve,
+//   gate[n, g] = 3 * sigmoid(h[n, 0:12] . wg[g, :]);  v[n, g, :] += gate[n, g] * table[idx[n]][g, :]
+// h (N, C) is the normed block input, wg (Hkv, 12), table (V_pad, Hkv*D) the layer's value embeddings
+// (looked up by the raw token id); gate (N, Hkv) is kept for the backward.
+static inline void value_embed_forward_cpu(float* v, float* gate, const float* h, const float* wg, const float* table, const int* idx,
                                            size_t N, int C, int Hkv, int D) {
 #pragma omp parallel for schedule(static)
     for (long n = 0; n < (long)N; n++)
@@ -117,24 +120,25 @@ static inline void value_embed_forward_cpu(float* v, float* gate, const float* h
             float gt = 3.0f * sigmoidf(a);
             gate[(size_t)n * Hkv + g] = gt;
             float* vr = v + ((size_t)n * Hkv + g) * D;
-            const float* er = ve + ((size_t)n * Hkv + g) * D;
+            const float* er = table + ((size_t)idx[n] * Hkv + g) * D;
             for (int d = 0; d < D; d++) vr[d] += gt * er[d];
         }
 }
 
-// Backward of the mix given dv (N, Hkv, D): dve (N, Hkv*D) = gate * dv (overwrites), dh[:, 0:12] +=,
-// dwg (Hkv, 12) +=. d(3 sigmoid(a))/da = gate * (1 - gate / 3).
-static inline void value_embed_backward_cpu(float* dve, float* dh, float* dwg, const float* dv, const float* gate,
-                                            const float* h, const float* wg, const float* ve, size_t N, int C, int Hkv, int D) {
+// Backward of the mix given dv (N, Hkv, D): dve (N, Hkv*D) = gate * dv (overwrites; the caller scatters it
+// into the table with embedding_backward), dh[:, 0:12] +=, dwg (Hkv, 12) +=. d(3 sigmoid(a))/da = gate (1 - gate/3).
+static inline void value_embed_backward_cpu(float* dve, float* dh, float* dwg, const float* dv, const float* gate, const float* h,
+                                            const float* wg, const float* table, const int* idx, size_t N, int C, int Hkv, int D) {
     std::vector<float> da(N * Hkv);
 #pragma omp parallel for schedule(static)
     for (long n = 0; n < (long)N; n++)
         for (int g = 0; g < Hkv; g++) {
             size_t row = ((size_t)n * Hkv + g) * D;
+            const float* er = table + ((size_t)idx[n] * Hkv + g) * D;
             float gt = gate[(size_t)n * Hkv + g];
             float dgate = 0.0f;
             for (int d = 0; d < D; d++) {
-                dgate += dv[row + d] * ve[row + d];
+                dgate += dv[row + d] * er[d];
                 dve[row + d] = gt * dv[row + d];
             }
             float dan = dgate * gt * (1.0f - gt / 3.0f);
@@ -158,57 +162,6 @@ static inline void value_embed_backward_cpu(float* dve, float* dh, float* dwg, c
 #ifdef __CUDACC__
 #include <climits>
 #include "cuda_common.cuh"
-
-#ifndef XSA_VEC8_HELPERS
-#define XSA_VEC8_HELPERS
-// 16-byte access helpers shared by the elementwise headers (norm, rotary, mlp, residual, embedding).
-// The block is repeated verbatim in each of them behind this guard so that every header compiles on its
-// own; keep the copies identical (they belong in cuda_common.cuh). One thread moves 8 consecutive
-// elements: one 16-byte load for 8 bf16, two for 8 fp32. Pointers must be 16-byte aligned.
-static inline bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
-
-__device__ __forceinline__ int4 ld16(const void* p) { return *reinterpret_cast<const int4*>(p); }
-
-__device__ __forceinline__ void unpack8(float (&f)[8], int4 raw) {
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        float2 t = __bfloat1622float2(h[k]);
-        f[2 * k] = t.x;
-        f[2 * k + 1] = t.y;
-    }
-}
-
-__device__ __forceinline__ int4 pack8(const float (&f)[8]) {
-    int4 raw;
-    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
-    return raw;
-}
-
-__device__ __forceinline__ void load8(float (&f)[8], const floatX* p) { unpack8(f, ld16(p)); }
-__device__ __forceinline__ void load8(float (&f)[8], const float* p) {
-    float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
-    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-}
-__device__ __forceinline__ void store8(floatX* p, const float (&f)[8]) { *reinterpret_cast<int4*>(p) = pack8(f); }
-__device__ __forceinline__ void store8(float* p, const float (&f)[8]) {
-    *reinterpret_cast<float4*>(p) = make_float4(f[0], f[1], f[2], f[3]);
-    *reinterpret_cast<float4*>(p + 4) = make_float4(f[4], f[5], f[6], f[7]);
-}
-
-// Sum over a group of G consecutive lanes (G a power of two <= 32, groups aligned in the warp); every
-// lane of the group gets the group's total. Only the group's own lanes take part, so a group whose row
-// is out of range may return early. Butterfly order: fixed, deterministic.
-template <int G>
-__device__ __forceinline__ float group_sum(float v) {
-    const unsigned mask = G == 32 ? 0xffffffffu : ((1u << (G % 32)) - 1u) << (threadIdx.x % 32 / G * G);
-#pragma unroll
-    for (int offset = G / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(mask, v, offset);
-    return v;
-}
-#endif  // XSA_VEC8_HELPERS
 
 __device__ __forceinline__ float sigmoid_device(float x) { return 1.0f / (1.0f + expf(-x)); }
 
@@ -277,17 +230,20 @@ struct EmbeddingBuckets {
     mutable size_t scratch_floats = 0;
     cudaEvent_t uploaded = nullptr;  // recorded after each upload; waited on before h_buf is rewritten
     bool pending = false;
+    cudaStream_t stream = 0;         // of the last build: buffers are freed stream-ordered on it
     std::vector<int> count, start;   // host work, per token id
 };
 
 static inline size_t embedding_buckets_layout_ints(size_t N) { return 4 + 4 * N + 3 * (N / (EMB_CHUNK + 1) + 1) + N; }
 
+// Releases everything (at teardown): device buffers stream-ordered after the last work on the build's
+// stream, the staging buffer once its upload is done.
 static inline void embedding_buckets_free(EmbeddingBuckets* b) {
     if (b->pending) cudaCheck(cudaEventSynchronize(b->uploaded));
     if (b->uploaded) cudaCheck(cudaEventDestroy(b->uploaded));
     if (b->h_buf) cudaCheck(cudaFreeHost(b->h_buf));
-    if (b->d_buf) cudaCheck(cudaFree(b->d_buf));
-    if (b->d_scratch) cudaCheck(cudaFree(b->d_scratch));
+    if (b->d_buf) cudaCheck(cudaFreeAsync(b->d_buf, b->stream));
+    if (b->d_scratch) cudaCheck(cudaFreeAsync(b->d_scratch, b->stream));
     *b = EmbeddingBuckets();
 }
 
@@ -300,6 +256,12 @@ static inline void embedding_buckets_build(EmbeddingBuckets* b, const int* host_
     if (b->uploaded == nullptr) cudaCheck(cudaEventCreateWithFlags(&b->uploaded, cudaEventDisableTiming));
     if (b->pending) cudaCheck(cudaEventSynchronize(b->uploaded));
     b->pending = false;
+    b->stream = stream;
+    b->N = N;
+    if (N == 0) {  // the backward does nothing
+        b->num_ids = b->num_chunks = b->num_heavy = b->num_slots = 0;
+        return;
+    }
     if (N > b->cap_N) {
         const size_t ints = embedding_buckets_layout_ints(N);
         if (b->h_buf) cudaCheck(cudaFreeHost(b->h_buf));
@@ -308,7 +270,6 @@ static inline void embedding_buckets_build(EmbeddingBuckets* b, const int* host_
         cudaCheck(cudaMallocAsync(&b->d_buf, ints * sizeof(int), stream));
         b->cap_N = N;
     }
-    b->N = N;
     // counting sort of the ids
     int max_id = -1;
     for (size_t n = 0; n < N; n++) {
@@ -488,7 +449,8 @@ constexpr int SMEAR_PARAMS = SMEAR_CHANNELS + 1;  // dw (24) and dlambda, summed
 constexpr size_t SMEAR_SCRATCH_FLOATS = (size_t)SMEAR_PARTIALS * SMEAR_PARAMS;
 
 // out (B*T, C): out_t = x_t + lambda sigmoid(w . x_t[0:24]) x_{t-1} for t >= 1, out_0 = x_0; gate_logit (B*T)
-// fp32 (0 at t = 0). One warp per token. out must not alias x (row t-1 is read after row t-1 is written).
+// fp32 (0 at t = 0). One warp per token. out must not alias x: row t reads x row t-1, which the warp of
+// token t-1 would already have overwritten.
 template <bool VEC>
 __global__ void __launch_bounds__(SMEAR_WARPS * 32) smear_forward_kernel(floatX* out, float* gate_logit, const floatX* x,
                                                                          const float* w, const float* lambda, size_t N, int T, int C) {

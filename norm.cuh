@@ -53,57 +53,6 @@ static inline void rmsnorm_backward_cpu(float* dinp, const float* dout, const fl
 #ifdef __CUDACC__
 #include "cuda_common.cuh"
 
-#ifndef XSA_VEC8_HELPERS
-#define XSA_VEC8_HELPERS
-// 16-byte access helpers shared by the elementwise headers (norm, rotary, mlp, residual, embedding).
-// The block is repeated verbatim in each of them behind this guard so that every header compiles on its
-// own; keep the copies identical (they belong in cuda_common.cuh). One thread moves 8 consecutive
-// elements: one 16-byte load for 8 bf16, two for 8 fp32. Pointers must be 16-byte aligned.
-static inline bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
-
-__device__ __forceinline__ int4 ld16(const void* p) { return *reinterpret_cast<const int4*>(p); }
-
-__device__ __forceinline__ void unpack8(float (&f)[8], int4 raw) {
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        float2 t = __bfloat1622float2(h[k]);
-        f[2 * k] = t.x;
-        f[2 * k + 1] = t.y;
-    }
-}
-
-__device__ __forceinline__ int4 pack8(const float (&f)[8]) {
-    int4 raw;
-    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
-    return raw;
-}
-
-__device__ __forceinline__ void load8(float (&f)[8], const floatX* p) { unpack8(f, ld16(p)); }
-__device__ __forceinline__ void load8(float (&f)[8], const float* p) {
-    float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
-    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-}
-__device__ __forceinline__ void store8(floatX* p, const float (&f)[8]) { *reinterpret_cast<int4*>(p) = pack8(f); }
-__device__ __forceinline__ void store8(float* p, const float (&f)[8]) {
-    *reinterpret_cast<float4*>(p) = make_float4(f[0], f[1], f[2], f[3]);
-    *reinterpret_cast<float4*>(p + 4) = make_float4(f[4], f[5], f[6], f[7]);
-}
-
-// Sum over a group of G consecutive lanes (G a power of two <= 32, groups aligned in the warp); every
-// lane of the group gets the group's total. Only the group's own lanes take part, so a group whose row
-// is out of range may return early. Butterfly order: fixed, deterministic.
-template <int G>
-__device__ __forceinline__ float group_sum(float v) {
-    const unsigned mask = G == 32 ? 0xffffffffu : ((1u << (G % 32)) - 1u) << (threadIdx.x % 32 / G * G);
-#pragma unroll
-    for (int offset = G / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(mask, v, offset);
-    return v;
-}
-#endif  // XSA_VEC8_HELPERS
-
 // out (rows, C) = scale * inp * rstd; rstd (rows) fp32. out may == inp: every element is read (pass 1)
 // before it is written (pass 2) by the same lane.
 template <int G, int MAXV>

@@ -7,22 +7,31 @@
 // ----------------------------------------------------------------------------------------------------
 // CPU backend
 
-// out (n) = a * x + b * x0
-static inline void lambda_mix_forward_cpu(float* out, const float* x, const float* x0, float a, float b, size_t n) {
+// Scalar parameters (the lambdas) are passed by pointer, as the CUDA twins need them (device memory).
+
+// out (n) = a[0] * x + b[0] * x0
+static inline void lambda_mix_forward_cpu(float* out, const float* x, const float* x0, const float* a, const float* b, size_t n) {
+    const float sa = a[0], sb = b[0];
 #pragma omp parallel for schedule(static)
-    for (long i = 0; i < (long)n; i++) out[i] = a * x[i] + b * x0[i];
+    for (long i = 0; i < (long)n; i++) out[i] = sa * x[i] + sb * x0[i];
+}
+
+// out[0] += factor * (x . y) over n elements (deterministic, see dot_deterministic)
+static inline void dot_accumulate_cpu(float* out, float factor, const float* x, const float* y, size_t n) {
+    out[0] += factor * (float)dot_deterministic(x, y, n);
 }
 
 // Backward of out = a * x + b * x0 given dout (n): da += dout . x, db += dout . x0, dx0 (n) += b * dout,
 // and dout is rescaled in place into dx = a * dout (so the caller's residual gradient flows on).
 static inline void lambda_mix_backward_cpu(float* dout, float* dx0, float* da, float* db, const float* x, const float* x0,
-                                           float a, float b, size_t n) {
-    *da += (float)dot_deterministic(dout, x, n);
-    *db += (float)dot_deterministic(dout, x0, n);
+                                           const float* a, const float* b, size_t n) {
+    dot_accumulate_cpu(da, 1.0f, dout, x, n);
+    dot_accumulate_cpu(db, 1.0f, dout, x0, n);
+    const float sa = a[0], sb = b[0];
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < (long)n; i++) {
-        dx0[i] += b * dout[i];
-        dout[i] *= a;
+        dx0[i] += sb * dout[i];
+        dout[i] *= sa;
     }
 }
 
@@ -32,10 +41,11 @@ static inline void add_inplace_cpu(float* y, const float* x, size_t n) {
     for (long i = 0; i < (long)n; i++) y[i] += x[i];
 }
 
-// y (n) += a * x
-static inline void axpy_cpu(float* y, float a, const float* x, size_t n) {
+// y (n) += factor * scalar[0] * x   (the backout: factor -1, scalar = backout_lambda)
+static inline void scaled_add_cpu(float* y, const float* scalar, float factor, const float* x, size_t n) {
+    const float s = factor * scalar[0];
 #pragma omp parallel for schedule(static)
-    for (long i = 0; i < (long)n; i++) y[i] += a * x[i];
+    for (long i = 0; i < (long)n; i++) y[i] += s * x[i];
 }
 
 // ----------------------------------------------------------------------------------------------------
@@ -49,57 +59,6 @@ static inline void axpy_cpu(float* y, float a, const float* x, size_t n) {
 // device, so the bits do not either.
 #ifdef __CUDACC__
 #include "cuda_common.cuh"
-
-#ifndef XSA_VEC8_HELPERS
-#define XSA_VEC8_HELPERS
-// 16-byte access helpers shared by the elementwise headers (norm, rotary, mlp, residual, embedding).
-// The block is repeated verbatim in each of them behind this guard so that every header compiles on its
-// own; keep the copies identical (they belong in cuda_common.cuh). One thread moves 8 consecutive
-// elements: one 16-byte load for 8 bf16, two for 8 fp32. Pointers must be 16-byte aligned.
-static inline bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
-
-__device__ __forceinline__ int4 ld16(const void* p) { return *reinterpret_cast<const int4*>(p); }
-
-__device__ __forceinline__ void unpack8(float (&f)[8], int4 raw) {
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        float2 t = __bfloat1622float2(h[k]);
-        f[2 * k] = t.x;
-        f[2 * k + 1] = t.y;
-    }
-}
-
-__device__ __forceinline__ int4 pack8(const float (&f)[8]) {
-    int4 raw;
-    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
-    return raw;
-}
-
-__device__ __forceinline__ void load8(float (&f)[8], const floatX* p) { unpack8(f, ld16(p)); }
-__device__ __forceinline__ void load8(float (&f)[8], const float* p) {
-    float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
-    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-}
-__device__ __forceinline__ void store8(floatX* p, const float (&f)[8]) { *reinterpret_cast<int4*>(p) = pack8(f); }
-__device__ __forceinline__ void store8(float* p, const float (&f)[8]) {
-    *reinterpret_cast<float4*>(p) = make_float4(f[0], f[1], f[2], f[3]);
-    *reinterpret_cast<float4*>(p + 4) = make_float4(f[4], f[5], f[6], f[7]);
-}
-
-// Sum over a group of G consecutive lanes (G a power of two <= 32, groups aligned in the warp); every
-// lane of the group gets the group's total. Only the group's own lanes take part, so a group whose row
-// is out of range may return early. Butterfly order: fixed, deterministic.
-template <int G>
-__device__ __forceinline__ float group_sum(float v) {
-    const unsigned mask = G == 32 ? 0xffffffffu : ((1u << (G % 32)) - 1u) << (threadIdx.x % 32 / G * G);
-#pragma unroll
-    for (int offset = G / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(mask, v, offset);
-    return v;
-}
-#endif  // XSA_VEC8_HELPERS
 
 constexpr int DOT_PARTIALS = 1024;  // blocks of the first pass = floats of scratch per dot product
 constexpr int DOT_THREADS = 256;    // threads per first-pass block; 8 elements each per grid stride

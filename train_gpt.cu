@@ -318,7 +318,7 @@ struct Acts {
     floatX* logits;      // (N, V)  softcapped logits; turned into their gradient by the backward
     float* losses;      // (N)
     // backward scratch (shared by all layers)
-    floatX *d_res, *d_x0, *d_backout, *d_h, *d_q, *d_k, *d_v, *d_y, *d_q_rot, *d_k_rot, *d_fc, *d_ve, *ve_rows;
+    floatX *d_res, *d_x0, *d_backout, *d_h, *d_q, *d_k, *d_v, *d_y, *d_q_rot, *d_k_rot, *d_fc, *d_ve;
 };
 
 // Hands out typed, 256-byte aligned pieces of one allocation; with base == nullptr it only counts bytes.
@@ -380,7 +380,6 @@ static void carve_acts(Acts* a, Carver* cv, const GPTConfig& c, int B, int T) {
     a->d_k_rot = cv->take<floatX>(N * kvd);
     a->d_fc = cv->take<floatX>(N * 4 * C);
     a->d_ve = cv->take<floatX>(N * kvd);
-    a->ve_rows = cv->take<floatX>(N * kvd);
 }
 
 // ----------------------------------------------------------------------------------------------------
@@ -525,22 +524,19 @@ static float gpt_forward(GPT* model, const int* idx, const int* targets, int B, 
     // embedding, norm, smear
     embedding_forward_cpu(a.emb_norm, idx, w.wte, N, C);
     rmsnorm_forward_cpu(a.emb_norm, a.emb_rstd, a.emb_norm, N, C, 1.0f);
-    if (c.smear) smear_forward_cpu(a.x0, a.smear_logit, a.emb_norm, w.smear_gate, w.smear_lambda[0], B, T, C);
+    if (c.smear) smear_forward_cpu(a.x0, a.smear_logit, a.emb_norm, w.smear_gate, w.smear_lambda, B, T, C);
 
     const float* x = a.x0;
     for (int l = 0; l < c.n_layer; l++) {
         const LayerWeights& lw = w.h[l];
         LayerActs& la = a.layer[l];
-        lambda_mix_forward_cpu(la.x_mix, x, a.x0, w.resid_lambdas[l], w.x0_lambdas[l], N * C);
+        lambda_mix_forward_cpu(la.x_mix, x, a.x0, &w.resid_lambdas[l], &w.x0_lambdas[l], N * C);
         // attention branch
         rmsnorm_forward_cpu(la.h, la.rstd1, la.x_mix, N, C, 1.0f);
         matmul_forward_cpu(la.q, la.h, lw.c_q, N, C, qd);
         matmul_forward_cpu(la.k, la.h, lw.c_k, N, C, kvd);
         matmul_forward_cpu(la.v, la.h, lw.c_v, N, C, kvd);
-        if (layer_has_ve(c, l)) {
-            embedding_forward_cpu(a.ve_rows, idx, lw.value_embed, N, kvd);
-            value_embed_forward_cpu(la.v, la.ve_gate, la.h, lw.ve_gate, a.ve_rows, N, C, Hkv, D);
-        }
+        if (layer_has_ve(c, l)) value_embed_forward_cpu(la.v, la.ve_gate, la.h, lw.ve_gate, lw.value_embed, a.idx, N, C, Hkv, D);
         rotary_forward_cpu(la.q, model->rope_cos.data(), model->rope_sin.data(), B, T, H, D);
         rotary_forward_cpu(la.k, model->rope_cos.data(), model->rope_sin.data(), B, T, Hkv, D);
         rmsnorm_forward_cpu(la.q, la.q_rstd, la.q, N * H, D, QK_SCALE);
@@ -559,7 +555,8 @@ static float gpt_forward(GPT* model, const int* idx, const int* targets, int B, 
     }
 
     // backout, final norm, lm_head (only the first V rows: padded rows never reach a logit), softcap, loss
-    lambda_mix_forward_cpu(a.x_backout, x, a.layer[c.n_layer / 2].x_out, 1.0f, -w.backout_lambda[0], N * C);
+    memcpy(a.x_backout, x, N * C * sizeof(floatX));
+    scaled_add_cpu(a.x_backout, w.backout_lambda, -1.0f, a.layer[c.n_layer / 2].x_out, N * C);
     rmsnorm_forward_cpu(a.x_final, a.rstd_f, a.x_backout, N, C, 1.0f);
     matmul_forward_cpu(a.logits, a.x_final, w.lm_head, N, C, V);
     if (!targets) {
@@ -594,7 +591,7 @@ static void gpt_backward(GPT* model, float grad_scale) {
     matmul_backward_cpu(a.d_h, g.lm_head, a.logits, a.x_final, w.lm_head, N, C, V);
     memset(a.d_backout, 0, N * C * sizeof(float));
     rmsnorm_backward_cpu(a.d_backout, a.d_h, a.x_final, a.rstd_f, N, C, 1.0f);
-    g.backout_lambda[0] -= (float)dot_deterministic(a.d_backout, a.layer[backout_layer].x_out, N * C);
+    dot_accumulate_cpu(g.backout_lambda, -1.0f, a.d_backout, a.layer[backout_layer].x_out, N * C);
     memcpy(a.d_res, a.d_backout, N * C * sizeof(float));
     memset(a.d_x0, 0, N * C * sizeof(float));
 
@@ -603,7 +600,7 @@ static void gpt_backward(GPT* model, float grad_scale) {
         LayerWeights& lg = g.h[l];
         LayerActs& la = a.layer[l];
         // d_res holds dL/d(x_out of layer l); the backout also read this layer's output
-        if (l == backout_layer) axpy_cpu(a.d_res, -w.backout_lambda[0], a.d_backout, N * C);
+        if (l == backout_layer) scaled_add_cpu(a.d_res, w.backout_lambda, -1.0f, a.d_backout, N * C);
 
         // MLP branch: x_out = x_attn + relu(h2 Wfc^T)^2 Wmlp^T
         memset(a.d_fc, 0, N * 4 * C * sizeof(float));
@@ -629,8 +626,7 @@ static void gpt_backward(GPT* model, float grad_scale) {
         rotary_backward_cpu(a.d_k_rot, model->rope_cos.data(), model->rope_sin.data(), B, T, Hkv, D);
         memset(a.d_h, 0, N * C * sizeof(float));
         if (layer_has_ve(c, l)) {
-            embedding_forward_cpu(a.ve_rows, a.idx, lw.value_embed, N, kvd);
-            value_embed_backward_cpu(a.d_ve, a.d_h, lg.ve_gate, a.d_v, la.ve_gate, la.h, lw.ve_gate, a.ve_rows, N, C, Hkv, D);
+            value_embed_backward_cpu(a.d_ve, a.d_h, lg.ve_gate, a.d_v, la.ve_gate, la.h, lw.ve_gate, lw.value_embed, a.idx, N, C, Hkv, D);
             embedding_backward_cpu(lg.value_embed, a.idx, a.d_ve, N, kvd);
         }
         matmul_backward_cpu(a.d_h, lg.c_q, a.d_q_rot, la.h, lw.c_q, N, C, qd);
@@ -640,8 +636,8 @@ static void gpt_backward(GPT* model, float grad_scale) {
 
         // x_mix = resid_lambda * x_in + x0_lambda * x0; afterwards d_res: dL/dx_in
         const float* x_in = l == 0 ? a.x0 : a.layer[l - 1].x_out;
-        lambda_mix_backward_cpu(a.d_res, a.d_x0, &g.resid_lambdas[l], &g.x0_lambdas[l], x_in, a.x0,
-                                w.resid_lambdas[l], w.x0_lambdas[l], N * C);
+        lambda_mix_backward_cpu(a.d_res, a.d_x0, &g.resid_lambdas[l], &g.x0_lambdas[l], x_in, a.x0, &w.resid_lambdas[l],
+                                &w.x0_lambdas[l], N * C);
     }
     add_inplace_cpu(a.d_x0, a.d_res, N * C);  // layer 0 reads x0 as its input too
 
@@ -649,8 +645,8 @@ static void gpt_backward(GPT* model, float grad_scale) {
     float* d_emb_norm = a.d_x0;
     if (c.smear) {
         memset(a.d_res, 0, N * C * sizeof(float));
-        smear_backward_cpu(a.d_res, g.smear_gate, g.smear_lambda, a.d_x0, a.emb_norm, a.smear_logit, w.smear_gate,
-                           w.smear_lambda[0], B, T, C);
+        smear_backward_cpu(a.d_res, g.smear_gate, g.smear_lambda, a.d_x0, a.emb_norm, a.smear_logit, w.smear_gate, w.smear_lambda, B, T,
+                           C);
         d_emb_norm = a.d_res;
     }
     memset(a.d_h, 0, N * C * sizeof(float));

@@ -1,6 +1,6 @@
 // loss_check.cu: the fused softcap + cross-entropy kernels of loss.cuh against their CPU twins (issue #6).
 // Build and run (from the repository root, on a GPU machine):
-//   nvcc -arch=sm_90 -O3 -std=c++17 -Xcompiler -Wall,-Wextra,-fopenmp,-Wno-unused-function -Werror all-warnings -I. dev/cuda/loss_check.cu -o /tmp/loss_check -lgomp && /tmp/loss_check
+//   nvcc -arch=sm_90 -O3 -std=c++17 -Xcompiler -Wall,-Wextra,-fopenmp,-march=native,-Wno-unused-function -Werror all-warnings -I. dev/cuda/loss_check.cu -o /tmp/loss_check -lgomp && /tmp/loss_check
 //
 // Per (N, V), V up to 65536 and odd (rows then start at every alignment): random raw bf16 logits, some
 // beyond the cap; losses poisoned with NaN first.

@@ -1,7 +1,8 @@
 // matmul_check.cu: the cuBLASLt matmuls of matmul.cuh against their CPU twins (issue #6).
 // Build and run (from the repository root, on a GPU machine):
-//   nvcc -arch=sm_90 -O3 -std=c++17 -Xcompiler -Wall,-Wextra,-fopenmp,-Wno-unused-function -Werror all-warnings -I. dev/cuda/matmul_check.cu -o /tmp/matmul_check -lcublasLt -lgomp && /tmp/matmul_check
-// (-Wno-unused-function: common.h's static helpers are unused here, as in the Makefile's LIBFLAGS.)
+//   nvcc -arch=sm_90 -O3 -std=c++17 -Xcompiler -Wall,-Wextra,-fopenmp,-march=native,-Wno-unused-function -Werror all-warnings -I. dev/cuda/matmul_check.cu -o /tmp/matmul_check -lcublasLt -lgomp && /tmp/matmul_check
+// (-Wno-unused-function: common.h's static helpers are unused here, as in the Makefile's LIBFLAGS; -march=native:
+// the CPU twins run at speed, so build on the machine that runs it.)
 //
 // For every shape: random bf16 inputs (fresh per check, never zeros), the forward output poisoned with
 // NaN first, the CPU twin run in fp32 on the same bf16 values (sampled rows: the CPU work stays small for
