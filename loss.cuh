@@ -23,6 +23,12 @@ static inline void softcap_crossentropy_forward_cpu(float* losses, float* logits
     }
 }
 
+// logits (n) in place: raw -> cap * tanh(raw / cap) (inference: no loss)
+static inline void softcap_cpu(float* logits, size_t n, float cap) {
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < (long)n; i++) logits[i] = cap * tanhf(logits[i] / cap);
+}
+
 // logits (N, V) in place: capped logits -> dL/d(raw logits) for L = grad_scale * sum_n losses[n]
 // (grad_scale = 1 / (B*T) for the mean loss): (softmax - onehot) * grad_scale * (1 - (capped / cap)^2).
 static inline void softcap_crossentropy_backward_cpu(float* logits, const int* targets, size_t N, int V, float cap, float grad_scale) {

@@ -21,25 +21,12 @@ Model (nanochat a825e63 and later, ../shared/spec/nanochat.md 1.2-1.7), per toke
 #include <string>
 #include <vector>
 
-#include "adamw.cuh"
-#include "attention.cuh"
+#include "backend.cuh"
 #include "common.h"
 #include "core.h"
 #include "dataloader.h"
-#include "embedding.cuh"
-#include "loss.cuh"
-#include "matmul.cuh"
-#include "mlp.cuh"
-#include "muon.cuh"
-#include "norm.cuh"
-#include "residual.cuh"
-#include "rotary.cuh"
 #include "safetensors.h"
 #include "tokenizer.h"
-#include "xsa.cuh"
-
-// The activation type: fp32 on the CPU backend (the CUDA backend's bf16 comes with issue #6)
-typedef float floatX;
 
 // ----------------------------------------------------------------------------------------------------
 // Configuration
@@ -389,14 +376,21 @@ struct GPT {
     GPTConfig config;
     std::vector<ParamTensor> table;
     size_t num_params = 0;
-    float* params = nullptr;   // fp32 master weights
-    float* grads = nullptr;    // accumulated by gpt_backward, cleared by gpt_zero_grad
-    Weights w, g;              // typed views of params and grads
-    int B = 0, T = 0;          // batch shape the activations are allocated for
-    char* act_memory = nullptr;
-    size_t act_bytes = 0;      // allocated capacity
+    float* params = nullptr;       // fp32 master weights (backend memory)
+    float* grads = nullptr;        // accumulated by gpt_backward, cleared by gpt_zero_grad (backend memory)
+    floatX* params_mm = nullptr;   // what the matmuls read: a bf16 copy on CUDA, the masters themselves on the CPU
+    float* params_host = nullptr;  // host copy for initialisation and files (the masters themselves on the CPU)
+    float* grads_host = nullptr;   // host copy of the gradients, filled by gpt_grads_to_host (likewise)
+    Weights w, g;                  // views of params and grads
+    Weights w_host;                // view of params_host
+    int B = 0, T = 0;              // batch shape the activations are laid out for
+    char* act_memory = nullptr;    // backend memory
+    size_t act_bytes = 0;          // allocated capacity
     Acts acts;
-    std::vector<float> rope_cos, rope_sin;  // (T, D/2)
+    float* rope_cos = nullptr;     // (T, D/2) backend memory
+    float* rope_sin = nullptr;
+    int rope_T = 0;
+    std::vector<float> losses_host;  // per-token losses of the last forward, for the mean
     float mean_loss = 0.0f;
 };
 
@@ -405,26 +399,70 @@ static void gpt_build(GPT* model, const GPTConfig& config) {
     model->config = config;
     model->table = param_table(config);
     model->num_params = model->table.back().offset + model->table.back().numel;
-    model->params = (float*)malloc_or_fail(model->num_params * sizeof(float), "parameters");
-    model->grads = (float*)calloc(model->num_params, sizeof(float));
-    if (!model->grads) fail("out of memory allocating %zu gradients", model->num_params);
-    memset(model->params, 0, model->num_params * sizeof(float));
+    const size_t bytes = model->num_params * sizeof(float);
+    model->params = (float*)backend_malloc(bytes, "parameters");
+    model->grads = (float*)backend_malloc(bytes, "gradients");
+    backend_zero(model->params, bytes);
+    backend_zero(model->grads, bytes);
+#ifdef __CUDACC__
+    model->params_mm = (floatX*)backend_malloc(model->num_params * sizeof(floatX), "bf16 weights");
+    model->params_host = (float*)calloc(model->num_params, sizeof(float));
+    model->grads_host = (float*)calloc(model->num_params, sizeof(float));
+    if (!model->params_host || !model->grads_host) fail("out of host memory for %zu parameters", model->num_params);
+#else
+    model->params_mm = model->params;
+    model->params_host = model->params;
+    model->grads_host = model->grads;
+#endif
     point_weights(&model->w, model->params, config, model->table);
     point_weights(&model->g, model->grads, config, model->table);
+    point_weights(&model->w_host, model->params_host, config, model->table);
 }
 
 static void gpt_free(GPT* model) {
-    free(model->params);
-    free(model->grads);
-    free(model->act_memory);
+    backend_free(model->params);
+    backend_free(model->grads);
+    backend_free(model->act_memory);
+    backend_free(model->rope_cos);
+    backend_free(model->rope_sin);
+#ifdef __CUDACC__
+    backend_free(model->params_mm);
+    free(model->params_host);
+    free(model->grads_host);
+#endif
     *model = GPT();
+}
+
+// After the masters changed (optimizer step): refresh the matmuls' bf16 copy (nothing to do on the CPU).
+static void gpt_refresh_matmul_weights(GPT* model) {
+#ifdef __CUDACC__
+    cast_to_bf16_cuda(model->params_mm, model->params, model->num_params, g_backend.stream);
+#else
+    (void)model;
+#endif
+}
+
+// params_host -> the backend (after initialisation or loading)
+static void gpt_params_to_backend(GPT* model) {
+    if (model->params_host != model->params) backend_upload(model->params, model->params_host, model->num_params * sizeof(float));
+    gpt_refresh_matmul_weights(model);
+}
+
+// the backend -> params_host (before writing a file)
+static void gpt_params_to_host(const GPT* model) {
+    if (model->params_host != model->params) backend_download(model->params_host, model->params, model->num_params * sizeof(float));
+}
+
+[[maybe_unused]] static const float* gpt_grads_to_host(const GPT* model) {  // for the tests
+    if (model->grads_host != model->grads) backend_download(model->grads_host, model->grads, model->num_params * sizeof(float));
+    return model->grads_host;
 }
 
 // nanochat's initialisation (spec 1.6) with our own seeded RNG, in nanochat's draw order.
 static void gpt_init_weights(GPT* model, uint64_t seed) {
     const GPTConfig& c = model->config;
     Rng rng{seed};
-    Weights& w = model->w;
+    Weights& w = model->w_host;
     const int C = c.n_embd, L = c.n_layer, Vp = c.padded_vocab;
     const size_t qd = (size_t)c.n_head * c.head_dim, kvd = (size_t)c.n_kv_head * c.head_dim;
     const float s = sqrtf(3.0f) / sqrtf((float)C);  // uniform bound with the std of N(0, 1/C)
@@ -453,6 +491,7 @@ static void gpt_init_weights(GPT* model, uint64_t seed) {
         if (w.h[l].value_embed) fill_uniform(w.h[l].value_embed, (size_t)Vp * kvd, -s, s, &rng);
     for (int l = 0; l < L; l++)
         if (w.h[l].ve_gate) fill_uniform(w.h[l].ve_gate, (size_t)c.n_kv_head * VE_GATE_CHANNELS, 0.0f, 0.02f, &rng);
+    gpt_params_to_backend(model);
 }
 
 // Copies every parameter from a safetensors file with nanochat's names; shapes must match exactly.
@@ -466,18 +505,20 @@ static void gpt_load_weights(GPT* model, const SafetensorsFile& file) {
             for (int64_t d : st->shape) got += std::to_string(d) + " ";
             fail("'%s': tensor '%s' has shape [ %s], the model expects [ %s]", file.path.c_str(), t.name.c_str(), got.c_str(), want.c_str());
         }
-        memcpy(model->params + t.offset, file.get_f32(t.name, t.numel), t.numel * sizeof(float));
+        memcpy(model->params_host + t.offset, file.get_f32(t.name, t.numel), t.numel * sizeof(float));
     }
+    gpt_params_to_backend(model);
 }
 
 // Writes every parameter under its nanochat name, with the configuration as metadata.
 static void gpt_save_weights(const GPT* model, const std::string& path) {
+    gpt_params_to_host(model);
     std::vector<SafeTensorOut> tensors;
-    for (const ParamTensor& t : model->table) tensors.push_back({t.name, "F32", t.shape, model->params + t.offset});
+    for (const ParamTensor& t : model->table) tensors.push_back({t.name, "F32", t.shape, model->params_host + t.offset});
     safetensors_write(path, config_to_metadata(model->config), tensors);
 }
 
-static void gpt_zero_grad(GPT* model) { memset(model->grads, 0, model->num_params * sizeof(float)); }
+static void gpt_zero_grad(GPT* model) { backend_zero(model->grads, model->num_params * sizeof(float)); }
 
 // Lays the activations out for a (B, T) batch, growing the allocation only when it is too small, so
 // that sampling (1 row) and evaluation reuse the training batch's memory.
@@ -490,17 +531,29 @@ static void gpt_ensure_acts(GPT* model, int B, int T) {
     Carver count{nullptr, 0};
     carve_acts(&model->acts, &count, c, B, T);
     if (count.used > model->act_bytes) {
-        free(model->act_memory);
+        backend_free(model->act_memory);
         model->act_bytes = count.used;
-        model->act_memory = (char*)malloc_or_fail(count.used, "activations");
+        model->act_memory = (char*)backend_malloc(count.used, "activations");
     }
     Carver assign{model->act_memory, 0};
     carve_acts(&model->acts, &assign, c, B, T);
     model->B = B;
     model->T = T;
-    model->rope_cos.resize((size_t)T * c.head_dim / 2);
-    model->rope_sin.resize((size_t)T * c.head_dim / 2);
-    rotary_tables(model->rope_cos.data(), model->rope_sin.data(), T, c.head_dim);
+    model->losses_host.resize((size_t)B * T);
+#ifdef __CUDACC__
+    backend_ensure_scratch(backend_scratch_floats((size_t)B * T, c.n_head, c.n_kv_head, c.head_dim));
+#endif
+    if (T > model->rope_T) {  // the tables for T positions serve every shorter sequence too
+        std::vector<float> cos_table((size_t)T * c.head_dim / 2), sin_table((size_t)T * c.head_dim / 2);
+        rotary_tables(cos_table.data(), sin_table.data(), T, c.head_dim);
+        backend_free(model->rope_cos);
+        backend_free(model->rope_sin);
+        model->rope_cos = (float*)backend_malloc(cos_table.size() * sizeof(float), "rotary tables");
+        model->rope_sin = (float*)backend_malloc(sin_table.size() * sizeof(float), "rotary tables");
+        backend_upload(model->rope_cos, cos_table.data(), cos_table.size() * sizeof(float));
+        backend_upload(model->rope_sin, sin_table.data(), sin_table.size() * sizeof(float));
+        model->rope_T = T;
+    }
 }
 
 // Runs the model on idx (B, T); with targets, also the loss (returned, and kept in model->mean_loss).
@@ -513,61 +566,62 @@ static float gpt_forward(GPT* model, const int* idx, const int* targets, int B, 
     const size_t N = (size_t)B * T;
     const int C = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim, V = c.vocab_size;
     const int qd = H * D, kvd = Hkv * D;
+    auto mm = [&](const float* master) { return model->params_mm + (master - model->params); };  // a weight's matmul copy
     for (size_t n = 0; n < N; n++) {
         if (idx[n] < 0 || idx[n] >= V) fail("input token id %d at position %zu is outside the vocabulary [0, %d)", idx[n], n, V);
         if (targets && (targets[n] < 0 || targets[n] >= V))
             fail("target token id %d at position %zu is outside the vocabulary [0, %d)", targets[n], n, V);
     }
-    memcpy(a.idx, idx, N * sizeof(int));
-    if (targets) memcpy(a.targets, targets, N * sizeof(int));
+    backend_upload(a.idx, idx, N * sizeof(int));
+    if (targets) backend_upload(a.targets, targets, N * sizeof(int));
+    embedding_prepare_backward(idx, N);
 
     // embedding, norm, smear
-    embedding_forward_cpu(a.emb_norm, idx, w.wte, N, C);
-    rmsnorm_forward_cpu(a.emb_norm, a.emb_rstd, a.emb_norm, N, C, 1.0f);
-    if (c.smear) smear_forward_cpu(a.x0, a.smear_logit, a.emb_norm, w.smear_gate, w.smear_lambda, B, T, C);
+    embedding_forward(a.emb_norm, a.idx, w.wte, N, C);
+    rmsnorm_forward(a.emb_norm, a.emb_rstd, a.emb_norm, N, C, 1.0f);
+    if (c.smear) smear_forward(a.x0, a.smear_logit, a.emb_norm, w.smear_gate, w.smear_lambda, B, T, C);
 
-    const float* x = a.x0;
+    const floatX* x = a.x0;
     for (int l = 0; l < c.n_layer; l++) {
         const LayerWeights& lw = w.h[l];
         LayerActs& la = a.layer[l];
-        lambda_mix_forward_cpu(la.x_mix, x, a.x0, &w.resid_lambdas[l], &w.x0_lambdas[l], N * C);
+        lambda_mix_forward(la.x_mix, x, a.x0, &w.resid_lambdas[l], &w.x0_lambdas[l], N * C);
         // attention branch
-        rmsnorm_forward_cpu(la.h, la.rstd1, la.x_mix, N, C, 1.0f);
-        matmul_forward_cpu(la.q, la.h, lw.c_q, N, C, qd);
-        matmul_forward_cpu(la.k, la.h, lw.c_k, N, C, kvd);
-        matmul_forward_cpu(la.v, la.h, lw.c_v, N, C, kvd);
-        if (layer_has_ve(c, l)) value_embed_forward_cpu(la.v, la.ve_gate, la.h, lw.ve_gate, lw.value_embed, a.idx, N, C, Hkv, D);
-        rotary_forward_cpu(la.q, model->rope_cos.data(), model->rope_sin.data(), B, T, H, D);
-        rotary_forward_cpu(la.k, model->rope_cos.data(), model->rope_sin.data(), B, T, Hkv, D);
-        rmsnorm_forward_cpu(la.q, la.q_rstd, la.q, N * H, D, QK_SCALE);
-        rmsnorm_forward_cpu(la.k, la.k_rstd, la.k, N * Hkv, D, QK_SCALE);
-        attention_forward_cpu(la.y, la.lse, la.q, la.k, la.v, B, T, H, Hkv, D, layer_window(c, l));
-        if (layer_has_xsa(c, l)) xsa_forward_cpu(la.z, la.y, la.v, N, H, Hkv, D, c.xsa_alpha);
-        matmul_forward_cpu(la.x_attn, la.z, lw.c_proj, N, qd, C);
-        add_inplace_cpu(la.x_attn, la.x_mix, N * C);
+        rmsnorm_forward(la.h, la.rstd1, la.x_mix, N, C, 1.0f);
+        matmul_forward(la.q, la.h, mm(lw.c_q), N, C, qd);
+        matmul_forward(la.k, la.h, mm(lw.c_k), N, C, kvd);
+        matmul_forward(la.v, la.h, mm(lw.c_v), N, C, kvd);
+        if (layer_has_ve(c, l)) value_embed_forward(la.v, la.ve_gate, la.h, lw.ve_gate, lw.value_embed, a.idx, N, C, Hkv, D);
+        rotary_forward(la.q, model->rope_cos, model->rope_sin, B, T, H, D);
+        rotary_forward(la.k, model->rope_cos, model->rope_sin, B, T, Hkv, D);
+        rmsnorm_forward(la.q, la.q_rstd, la.q, N * H, D, QK_SCALE);
+        rmsnorm_forward(la.k, la.k_rstd, la.k, N * Hkv, D, QK_SCALE);
+        attention_xsa_forward(la.z, la.y, la.lse, la.q, la.k, la.v, B, T, H, Hkv, D, layer_window(c, l), layer_has_xsa(c, l), c.xsa_alpha);
+        matmul_forward(la.x_attn, la.z, mm(lw.c_proj), N, qd, C);
+        add_inplace(la.x_attn, la.x_mix, N * C);
         // MLP branch
-        rmsnorm_forward_cpu(la.h2, la.rstd2, la.x_attn, N, C, 1.0f);
-        matmul_forward_cpu(la.fc, la.h2, lw.c_fc, N, C, 4 * C);
-        relu2_forward_cpu(la.act, la.fc, N * 4 * C);
-        matmul_forward_cpu(la.x_out, la.act, lw.mlp_proj, N, 4 * C, C);
-        add_inplace_cpu(la.x_out, la.x_attn, N * C);
+        rmsnorm_forward(la.h2, la.rstd2, la.x_attn, N, C, 1.0f);
+        matmul_forward(la.fc, la.h2, mm(lw.c_fc), N, C, 4 * C);
+        relu2_forward(la.act, la.fc, N * 4 * C);
+        matmul_forward(la.x_out, la.act, mm(lw.mlp_proj), N, 4 * C, C);
+        add_inplace(la.x_out, la.x_attn, N * C);
         x = la.x_out;
     }
 
     // backout, final norm, lm_head (only the first V rows: padded rows never reach a logit), softcap, loss
-    memcpy(a.x_backout, x, N * C * sizeof(floatX));
-    scaled_add_cpu(a.x_backout, w.backout_lambda, -1.0f, a.layer[c.n_layer / 2].x_out, N * C);
-    rmsnorm_forward_cpu(a.x_final, a.rstd_f, a.x_backout, N, C, 1.0f);
-    matmul_forward_cpu(a.logits, a.x_final, w.lm_head, N, C, V);
+    backend_copy(a.x_backout, x, N * C * sizeof(floatX));
+    scaled_add(a.x_backout, w.backout_lambda, -1.0f, a.layer[c.n_layer / 2].x_out, N * C);
+    rmsnorm_forward(a.x_final, a.rstd_f, a.x_backout, N, C, 1.0f);
+    matmul_forward(a.logits, a.x_final, mm(w.lm_head), N, C, V);
     if (!targets) {
-#pragma omp parallel for schedule(static)
-        for (long i = 0; i < (long)(N * V); i++) a.logits[i] = SOFTCAP * tanhf(a.logits[i] / SOFTCAP);
+        softcap(a.logits, N * V, SOFTCAP);
         model->mean_loss = NAN;
         return NAN;
     }
-    softcap_crossentropy_forward_cpu(a.losses, a.logits, targets, N, V, SOFTCAP);
+    softcap_crossentropy_forward(a.losses, a.logits, a.targets, N, V, SOFTCAP);
+    backend_download(model->losses_host.data(), a.losses, N * sizeof(float));
     double sum = 0.0;
-    for (size_t n = 0; n < N; n++) sum += a.losses[n];
+    for (size_t n = 0; n < N; n++) sum += model->losses_host[n];
     model->mean_loss = (float)(sum / (double)N);
     return model->mean_loss;
 }
@@ -584,74 +638,71 @@ static void gpt_backward(GPT* model, float grad_scale) {
     const int C = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim, V = c.vocab_size;
     const int qd = H * D, kvd = Hkv * D;
     const int backout_layer = c.n_layer / 2;
+    auto mm = [&](const float* master) { return model->params_mm + (master - model->params); };
+    auto zero = [&](floatX* p, size_t n) { backend_zero(p, n * sizeof(floatX)); };
 
     // loss -> logits -> final norm -> backout
-    softcap_crossentropy_backward_cpu(a.logits, a.targets, N, V, SOFTCAP, grad_scale / (float)N);
-    memset(a.d_h, 0, N * C * sizeof(float));
-    matmul_backward_cpu(a.d_h, g.lm_head, a.logits, a.x_final, w.lm_head, N, C, V);
-    memset(a.d_backout, 0, N * C * sizeof(float));
-    rmsnorm_backward_cpu(a.d_backout, a.d_h, a.x_final, a.rstd_f, N, C, 1.0f);
-    dot_accumulate_cpu(g.backout_lambda, -1.0f, a.d_backout, a.layer[backout_layer].x_out, N * C);
-    memcpy(a.d_res, a.d_backout, N * C * sizeof(float));
-    memset(a.d_x0, 0, N * C * sizeof(float));
+    softcap_crossentropy_backward(a.logits, a.targets, N, V, SOFTCAP, grad_scale / (float)N);
+    zero(a.d_h, N * C);
+    matmul_backward(a.d_h, g.lm_head, a.logits, a.x_final, mm(w.lm_head), N, C, V);
+    zero(a.d_backout, N * C);
+    rmsnorm_backward(a.d_backout, a.d_h, a.x_final, a.rstd_f, N, C, 1.0f);
+    dot_accumulate(g.backout_lambda, -1.0f, a.d_backout, a.layer[backout_layer].x_out, N * C);
+    backend_copy(a.d_res, a.d_backout, N * C * sizeof(floatX));
+    zero(a.d_x0, N * C);
 
     for (int l = c.n_layer - 1; l >= 0; l--) {
         const LayerWeights& lw = w.h[l];
         LayerWeights& lg = g.h[l];
         LayerActs& la = a.layer[l];
         // d_res holds dL/d(x_out of layer l); the backout also read this layer's output
-        if (l == backout_layer) scaled_add_cpu(a.d_res, w.backout_lambda, -1.0f, a.d_backout, N * C);
+        if (l == backout_layer) scaled_add(a.d_res, w.backout_lambda, -1.0f, a.d_backout, N * C);
 
         // MLP branch: x_out = x_attn + relu(h2 Wfc^T)^2 Wmlp^T
-        memset(a.d_fc, 0, N * 4 * C * sizeof(float));
-        matmul_backward_cpu(a.d_fc, lg.mlp_proj, a.d_res, la.act, lw.mlp_proj, N, 4 * C, C);
-        relu2_backward_cpu(a.d_fc, a.d_fc, la.fc, N * 4 * C);
-        memset(a.d_h, 0, N * C * sizeof(float));
-        matmul_backward_cpu(a.d_h, lg.c_fc, a.d_fc, la.h2, lw.c_fc, N, C, 4 * C);
-        rmsnorm_backward_cpu(a.d_res, a.d_h, la.h2, la.rstd2, N, C, 1.0f);  // d_res: dL/dx_attn
+        zero(a.d_fc, N * 4 * C);
+        matmul_backward(a.d_fc, lg.mlp_proj, a.d_res, la.act, mm(lw.mlp_proj), N, 4 * C, C);
+        relu2_backward(a.d_fc, a.d_fc, la.fc, N * 4 * C);
+        zero(a.d_h, N * C);
+        matmul_backward(a.d_h, lg.c_fc, a.d_fc, la.h2, mm(lw.c_fc), N, C, 4 * C);
+        rmsnorm_backward(a.d_res, a.d_h, la.h2, la.rstd2, N, C, 1.0f);  // d_res: dL/dx_attn
 
         // attention branch: x_attn = x_mix + z Wproj^T
-        memset(a.d_y, 0, N * qd * sizeof(float));
-        matmul_backward_cpu(a.d_y, lg.c_proj, a.d_res, la.z, lw.c_proj, N, qd, C);  // d_y holds dL/dz
-        memset(a.d_v, 0, N * kvd * sizeof(float));
-        if (layer_has_xsa(c, l)) xsa_backward_cpu(a.d_y, a.d_v, a.d_y, la.y, la.v, N, H, Hkv, D, c.xsa_alpha);
-        memset(a.d_q, 0, N * qd * sizeof(float));
-        memset(a.d_k, 0, N * kvd * sizeof(float));
-        attention_backward_cpu(a.d_q, a.d_k, a.d_v, a.d_y, la.q, la.k, la.v, la.y, la.lse, B, T, H, Hkv, D, layer_window(c, l));
-        memset(a.d_q_rot, 0, N * qd * sizeof(float));
-        memset(a.d_k_rot, 0, N * kvd * sizeof(float));
-        rmsnorm_backward_cpu(a.d_q_rot, a.d_q, la.q, la.q_rstd, N * H, D, QK_SCALE);
-        rmsnorm_backward_cpu(a.d_k_rot, a.d_k, la.k, la.k_rstd, N * Hkv, D, QK_SCALE);
-        rotary_backward_cpu(a.d_q_rot, model->rope_cos.data(), model->rope_sin.data(), B, T, H, D);
-        rotary_backward_cpu(a.d_k_rot, model->rope_cos.data(), model->rope_sin.data(), B, T, Hkv, D);
-        memset(a.d_h, 0, N * C * sizeof(float));
+        zero(a.d_y, N * qd);
+        matmul_backward(a.d_y, lg.c_proj, a.d_res, la.z, mm(lw.c_proj), N, qd, C);  // d_y holds dL/dz
+        attention_xsa_backward(a.d_q, a.d_k, a.d_v, a.d_y, la.q, la.k, la.v, la.y, la.lse, B, T, H, Hkv, D, layer_window(c, l),
+                               layer_has_xsa(c, l), c.xsa_alpha);
+        zero(a.d_q_rot, N * qd);
+        zero(a.d_k_rot, N * kvd);
+        rmsnorm_backward(a.d_q_rot, a.d_q, la.q, la.q_rstd, N * H, D, QK_SCALE);
+        rmsnorm_backward(a.d_k_rot, a.d_k, la.k, la.k_rstd, N * Hkv, D, QK_SCALE);
+        rotary_backward(a.d_q_rot, model->rope_cos, model->rope_sin, B, T, H, D);
+        rotary_backward(a.d_k_rot, model->rope_cos, model->rope_sin, B, T, Hkv, D);
+        zero(a.d_h, N * C);
         if (layer_has_ve(c, l)) {
-            value_embed_backward_cpu(a.d_ve, a.d_h, lg.ve_gate, a.d_v, la.ve_gate, la.h, lw.ve_gate, lw.value_embed, a.idx, N, C, Hkv, D);
-            embedding_backward_cpu(lg.value_embed, a.idx, a.d_ve, N, kvd);
+            value_embed_backward(a.d_ve, a.d_h, lg.ve_gate, a.d_v, la.ve_gate, la.h, lw.ve_gate, lw.value_embed, a.idx, N, C, Hkv, D);
+            embedding_backward(lg.value_embed, a.idx, a.d_ve, N, kvd);
         }
-        matmul_backward_cpu(a.d_h, lg.c_q, a.d_q_rot, la.h, lw.c_q, N, C, qd);
-        matmul_backward_cpu(a.d_h, lg.c_k, a.d_k_rot, la.h, lw.c_k, N, C, kvd);
-        matmul_backward_cpu(a.d_h, lg.c_v, a.d_v, la.h, lw.c_v, N, C, kvd);
-        rmsnorm_backward_cpu(a.d_res, a.d_h, la.h, la.rstd1, N, C, 1.0f);  // d_res: dL/dx_mix
+        matmul_backward(a.d_h, lg.c_q, a.d_q_rot, la.h, mm(lw.c_q), N, C, qd);
+        matmul_backward(a.d_h, lg.c_k, a.d_k_rot, la.h, mm(lw.c_k), N, C, kvd);
+        matmul_backward(a.d_h, lg.c_v, a.d_v, la.h, mm(lw.c_v), N, C, kvd);
+        rmsnorm_backward(a.d_res, a.d_h, la.h, la.rstd1, N, C, 1.0f);  // d_res: dL/dx_mix
 
         // x_mix = resid_lambda * x_in + x0_lambda * x0; afterwards d_res: dL/dx_in
-        const float* x_in = l == 0 ? a.x0 : a.layer[l - 1].x_out;
-        lambda_mix_backward_cpu(a.d_res, a.d_x0, &g.resid_lambdas[l], &g.x0_lambdas[l], x_in, a.x0, &w.resid_lambdas[l],
-                                &w.x0_lambdas[l], N * C);
+        const floatX* x_in = l == 0 ? a.x0 : a.layer[l - 1].x_out;
+        lambda_mix_backward(a.d_res, a.d_x0, &g.resid_lambdas[l], &g.x0_lambdas[l], x_in, a.x0, &w.resid_lambdas[l], &w.x0_lambdas[l], N * C);
     }
-    add_inplace_cpu(a.d_x0, a.d_res, N * C);  // layer 0 reads x0 as its input too
+    add_inplace(a.d_x0, a.d_res, N * C);  // layer 0 reads x0 as its input too
 
     // smear, embedding norm, wte
-    float* d_emb_norm = a.d_x0;
+    floatX* d_emb_norm = a.d_x0;
     if (c.smear) {
-        memset(a.d_res, 0, N * C * sizeof(float));
-        smear_backward_cpu(a.d_res, g.smear_gate, g.smear_lambda, a.d_x0, a.emb_norm, a.smear_logit, w.smear_gate, w.smear_lambda, B, T,
-                           C);
+        zero(a.d_res, N * C);
+        smear_backward(a.d_res, g.smear_gate, g.smear_lambda, a.d_x0, a.emb_norm, a.smear_logit, w.smear_gate, w.smear_lambda, B, T, C);
         d_emb_norm = a.d_res;
     }
-    memset(a.d_h, 0, N * C * sizeof(float));
-    rmsnorm_backward_cpu(a.d_h, d_emb_norm, a.emb_norm, a.emb_rstd, N, C, 1.0f);
-    embedding_backward_cpu(g.wte, a.idx, a.d_h, N, C);
+    zero(a.d_h, N * C);
+    rmsnorm_backward(a.d_h, d_emb_norm, a.emb_norm, a.emb_rstd, N, C, 1.0f);
+    embedding_backward(g.wte, a.idx, a.d_h, N, C);
 }
 
 // ----------------------------------------------------------------------------------------------------

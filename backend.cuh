@@ -1,0 +1,265 @@
+// backend.cuh: where the model code meets a backend. train_gpt.cu calls the functions below (no
+// suffix); each forwards to the op's CPU twin (g++ build: fp32, OpenMP) or its CUDA version (nvcc
+// build: bf16 activations, fp32 master weights, one stream). So the model -- layout, order of ops,
+// optimizer grouping -- is written once, and the CPU tests exercise it on every CI run.
+#pragma once
+
+#include "adamw.cuh"
+#include "attention.cuh"
+#include "common.h"
+#include "embedding.cuh"
+#include "loss.cuh"
+#include "matmul.cuh"
+#include "mlp.cuh"
+#include "muon.cuh"
+#include "norm.cuh"
+#include "residual.cuh"
+#include "rotary.cuh"
+#include "xsa.cuh"
+
+#ifdef __CUDACC__
+#include "cuda_common.cuh"  // floatX = __nv_bfloat16
+static const char* const BACKEND_NAME = "CUDA (bf16 activations, fp32 master weights and optimizer state)";
+#else
+typedef float floatX;       // the CPU backend computes in fp32 throughout
+static const char* const BACKEND_NAME = "CPU (fp32, OpenMP)";
+#endif
+
+// ----------------------------------------------------------------------------------------------------
+// Backend state and memory. On the CPU, "device" memory is host memory and the copies are memcpy.
+
+struct Backend {
+#ifdef __CUDACC__
+    cudaStream_t stream = 0;
+    float* scratch = nullptr;        // partial sums of the deterministic reductions, attention's backward buffers
+    size_t scratch_floats = 0;
+    EmbeddingBuckets buckets;        // positions per token id of the current batch (embedding backward)
+#endif
+    bool xsa_fused = true;           // CUDA: XSA in attention's epilogue (else its own kernels); CPU: always separate
+};
+static Backend g_backend;
+
+static inline void backend_init() {
+#ifdef __CUDACC__
+    cuda_context_init();
+    cudaCheck(cudaStreamCreate(&g_backend.stream));
+    matmul_cuda_init(g_backend.stream);
+#endif
+}
+
+static inline void* backend_malloc(size_t bytes, const char* what) {
+#ifdef __CUDACC__
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes == 0 ? 1 : bytes) != cudaSuccess) fail("out of GPU memory allocating %zu bytes for %s", bytes, what);
+    return p;
+#else
+    return malloc_or_fail(bytes, what);
+#endif
+}
+
+static inline void backend_free(void* p) {
+#ifdef __CUDACC__
+    if (p) cudaCheck(cudaFree(p));
+#else
+    free(p);
+#endif
+}
+
+static inline void backend_zero(void* p, size_t bytes) {
+#ifdef __CUDACC__
+    cudaCheck(cudaMemsetAsync(p, 0, bytes, g_backend.stream));
+#else
+    memset(p, 0, bytes);
+#endif
+}
+
+// within backend memory
+static inline void backend_copy(void* dst, const void* src, size_t bytes) {
+#ifdef __CUDACC__
+    cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_backend.stream));
+#else
+    memcpy(dst, src, bytes);
+#endif
+}
+
+// host -> backend; the host buffer may be reused as soon as this returns
+static inline void backend_upload(void* dst, const void* host_src, size_t bytes) {
+#ifdef __CUDACC__
+    cudaCheck(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, g_backend.stream));
+    cudaCheck(cudaStreamSynchronize(g_backend.stream));
+#else
+    memcpy(dst, host_src, bytes);
+#endif
+}
+
+// backend -> host, complete when this returns
+static inline void backend_download(void* host_dst, const void* src, size_t bytes) {
+#ifdef __CUDACC__
+    cudaCheck(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, g_backend.stream));
+    cudaCheck(cudaStreamSynchronize(g_backend.stream));
+#else
+    memcpy(host_dst, src, bytes);
+#endif
+}
+
+#ifdef __CUDACC__
+// Scratch for the reductions and the attention backward of a (B, T) batch (CUDA only).
+static inline size_t backend_scratch_floats(size_t tokens, int H, int Hkv, int D) {
+    // attention backward: dy (bf16), XSA's dv term (fp32), Delta; then the unfused XSA's dv term (bf16)
+    size_t attention = tokens * H * D / 2 + tokens * Hkv * D + tokens * H + tokens * Hkv * D / 2 + 1;
+    return std::max({attention, (size_t)LAMBDA_MIX_SCRATCH_FLOATS, (size_t)SMEAR_SCRATCH_FLOATS, value_embed_scratch_floats(Hkv)});
+}
+
+static inline void backend_ensure_scratch(size_t floats) {
+    if (floats <= g_backend.scratch_floats) return;
+    backend_free(g_backend.scratch);
+    g_backend.scratch = (float*)backend_malloc(floats * sizeof(float), "scratch");
+    g_backend.scratch_floats = floats;
+}
+#define CUDA_OR_CPU(cuda_call, cpu_call) cuda_call
+#else
+#define CUDA_OR_CPU(cuda_call, cpu_call) cpu_call
+#endif
+
+// ----------------------------------------------------------------------------------------------------
+// Ops. Shapes and semantics: the CPU twin in each op's header.
+
+static inline void rmsnorm_forward(floatX* out, float* rstd, const floatX* inp, size_t rows, int C, float scale) {
+    CUDA_OR_CPU(rmsnorm_forward_cuda(out, rstd, inp, rows, C, scale, g_backend.stream), rmsnorm_forward_cpu(out, rstd, inp, rows, C, scale));
+}
+static inline void rmsnorm_backward(floatX* dinp, const floatX* dout, const floatX* out, const float* rstd, size_t rows, int C, float scale) {
+    CUDA_OR_CPU(rmsnorm_backward_cuda(dinp, dout, out, rstd, rows, C, scale, g_backend.stream),
+                rmsnorm_backward_cpu(dinp, dout, out, rstd, rows, C, scale));
+}
+static inline void rotary_forward(floatX* x, const float* cos_table, const float* sin_table, int B, int T, int heads, int D) {
+    CUDA_OR_CPU(rotary_forward_cuda(x, cos_table, sin_table, B, T, heads, D, g_backend.stream),
+                rotary_forward_cpu(x, cos_table, sin_table, B, T, heads, D));
+}
+static inline void rotary_backward(floatX* dx, const float* cos_table, const float* sin_table, int B, int T, int heads, int D) {
+    CUDA_OR_CPU(rotary_backward_cuda(dx, cos_table, sin_table, B, T, heads, D, g_backend.stream),
+                rotary_backward_cpu(dx, cos_table, sin_table, B, T, heads, D));
+}
+static inline void relu2_forward(floatX* out, const floatX* inp, size_t n) {
+    CUDA_OR_CPU(relu2_forward_cuda(out, inp, n, g_backend.stream), relu2_forward_cpu(out, inp, n));
+}
+static inline void relu2_backward(floatX* dinp, const floatX* dout, const floatX* inp, size_t n) {
+    CUDA_OR_CPU(relu2_backward_cuda(dinp, dout, inp, n, g_backend.stream), relu2_backward_cpu(dinp, dout, inp, n));
+}
+static inline void lambda_mix_forward(floatX* out, const floatX* x, const floatX* x0, const float* a, const float* b, size_t n) {
+    CUDA_OR_CPU(lambda_mix_forward_cuda(out, x, x0, a, b, n, g_backend.stream), lambda_mix_forward_cpu(out, x, x0, a, b, n));
+}
+static inline void lambda_mix_backward(floatX* dout, floatX* dx0, float* da, float* db, const floatX* x, const floatX* x0, const float* a,
+                                       const float* b, size_t n) {
+    CUDA_OR_CPU(lambda_mix_backward_cuda(dout, dx0, da, db, x, x0, a, b, n, g_backend.scratch, g_backend.stream),
+                lambda_mix_backward_cpu(dout, dx0, da, db, x, x0, a, b, n));
+}
+static inline void dot_accumulate(float* out, float factor, const floatX* x, const floatX* y, size_t n) {
+    CUDA_OR_CPU(dot_accumulate_cuda(out, factor, x, y, n, g_backend.scratch, g_backend.stream), dot_accumulate_cpu(out, factor, x, y, n));
+}
+static inline void add_inplace(floatX* y, const floatX* x, size_t n) {
+    CUDA_OR_CPU(add_inplace_cuda(y, x, n, g_backend.stream), add_inplace_cpu(y, x, n));
+}
+static inline void scaled_add(floatX* y, const float* scalar, float factor, const floatX* x, size_t n) {
+    CUDA_OR_CPU(scaled_add_cuda(y, scalar, factor, x, n, g_backend.stream), scaled_add_cpu(y, scalar, factor, x, n));
+}
+static inline void embedding_forward(floatX* out, const int* idx, const float* table, size_t N, int C) {
+    CUDA_OR_CPU(embedding_forward_cuda(out, idx, table, N, C, g_backend.stream), embedding_forward_cpu(out, idx, table, N, C));
+}
+// The batch's token ids, on the host, before any embedding_backward of the step: the CUDA backend sorts
+// the positions by id here, so that its scatter-add needs no atomics.
+static inline void embedding_prepare_backward(const int* host_idx, size_t N) {
+#ifdef __CUDACC__
+    embedding_buckets_build(&g_backend.buckets, host_idx, N, g_backend.stream);
+#else
+    (void)host_idx, (void)N;  // the CPU scatter-add reads the ids directly
+#endif
+}
+// dtable[idx[n]] += dout[n]; idx (backend memory) is the batch prepared above
+static inline void embedding_backward(float* dtable, const int* idx, const floatX* dout, size_t N, int C) {
+    CUDA_OR_CPU(((void)idx, (void)N, embedding_backward_cuda(dtable, dout, &g_backend.buckets, C, g_backend.stream)),
+                embedding_backward_cpu(dtable, idx, dout, N, C));
+}
+static inline void smear_forward(floatX* out, float* gate_logit, const floatX* x, const float* w, const float* lambda, int B, int T, int C) {
+    CUDA_OR_CPU(smear_forward_cuda(out, gate_logit, x, w, lambda, B, T, C, g_backend.stream), smear_forward_cpu(out, gate_logit, x, w, lambda, B, T, C));
+}
+static inline void smear_backward(floatX* dx, float* dw, float* dlambda, const floatX* dout, const floatX* x, const float* gate_logit,
+                                  const float* w, const float* lambda, int B, int T, int C) {
+    CUDA_OR_CPU(smear_backward_cuda(dx, dw, dlambda, dout, x, gate_logit, w, lambda, B, T, C, g_backend.scratch, g_backend.stream),
+                smear_backward_cpu(dx, dw, dlambda, dout, x, gate_logit, w, lambda, B, T, C));
+}
+static inline void value_embed_forward(floatX* v, float* gate, const floatX* h, const float* wg, const float* table, const int* idx, size_t N,
+                                       int C, int Hkv, int D) {
+    CUDA_OR_CPU(value_embed_forward_cuda(v, gate, h, wg, table, idx, N, C, Hkv, D, g_backend.stream),
+                value_embed_forward_cpu(v, gate, h, wg, table, idx, N, C, Hkv, D));
+}
+static inline void value_embed_backward(floatX* dve, floatX* dh, float* dwg, const floatX* dv, const float* gate, const floatX* h,
+                                        const float* wg, const float* table, const int* idx, size_t N, int C, int Hkv, int D) {
+    CUDA_OR_CPU(value_embed_backward_cuda(dve, dh, dwg, dv, gate, h, wg, table, idx, N, C, Hkv, D, g_backend.scratch, g_backend.stream),
+                value_embed_backward_cpu(dve, dh, dwg, dv, gate, h, wg, table, idx, N, C, Hkv, D));
+}
+// weight: the matmul copy of the parameter (bf16 on CUDA, the fp32 master itself on the CPU)
+static inline void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, int M, int K, int N) {
+    CUDA_OR_CPU(matmul_forward_cuda(out, inp, weight, M, K, N, g_backend.stream), matmul_forward_cpu(out, inp, weight, M, K, N));
+}
+static inline void matmul_backward(floatX* dinp, float* dweight, const floatX* dout, const floatX* inp, const floatX* weight, int M, int K, int N) {
+    CUDA_OR_CPU(matmul_backward_cuda(dinp, dweight, dout, inp, weight, M, K, N, g_backend.stream),
+                matmul_backward_cpu(dinp, dweight, dout, inp, weight, M, K, N));
+}
+static inline void softcap_crossentropy_forward(float* losses, floatX* logits, const int* targets, size_t N, int V, float cap) {
+    CUDA_OR_CPU(softcap_crossentropy_forward_cuda(losses, logits, targets, N, V, cap, g_backend.stream),
+                softcap_crossentropy_forward_cpu(losses, logits, targets, N, V, cap));
+}
+static inline void softcap_crossentropy_backward(floatX* logits, const int* targets, size_t N, int V, float cap, float grad_scale) {
+    CUDA_OR_CPU(softcap_crossentropy_backward_cuda(logits, targets, N, V, cap, grad_scale, g_backend.stream),
+                softcap_crossentropy_backward_cpu(logits, targets, N, V, cap, grad_scale));
+}
+static inline void softcap(floatX* logits, size_t n, float cap) {
+    CUDA_OR_CPU(softcap_cuda(logits, n, cap, g_backend.stream), softcap_cpu(logits, n, cap));
+}
+
+// Attention, followed on XSA layers by the projection: z = y - alpha proj_v(y). On CUDA the projection is
+// fused into attention's epilogue unless g_backend.xsa_fused is off; the CPU always runs the two ops.
+static inline void attention_xsa_forward(floatX* z, floatX* y, float* lse, const floatX* q, const floatX* k, const floatX* v, int B, int T,
+                                         int H, int Hkv, int D, int window, bool xsa, float alpha) {
+#ifdef __CUDACC__
+    if (xsa && g_backend.xsa_fused) {
+        attention_forward_xsa_cuda(z, y, lse, q, k, v, B, T, H, Hkv, D, window, alpha, g_backend.stream);
+        return;
+    }
+    attention_forward_cuda(y, lse, q, k, v, B, T, H, Hkv, D, window, g_backend.stream);
+    if (xsa) xsa_forward_cuda(z, y, v, (size_t)B * T, H, Hkv, D, alpha, g_backend.stream);
+#else
+    attention_forward_cpu(y, lse, q, k, v, B, T, H, Hkv, D, window);
+    if (xsa) xsa_forward_cpu(z, y, v, (size_t)B * T, H, Hkv, D, alpha);
+#endif
+}
+
+// Given dz = dL/dz (dL/dy on layers without XSA), writes dq, dk, dv (=). dz may be overwritten.
+static inline void attention_xsa_backward(floatX* dq, floatX* dk, floatX* dv, floatX* dz, const floatX* q, const floatX* k, const floatX* v,
+                                          const floatX* y, const float* lse, int B, int T, int H, int Hkv, int D, int window, bool xsa,
+                                          float alpha) {
+    const size_t tokens = (size_t)B * T;
+#ifdef __CUDACC__
+    if (xsa && g_backend.xsa_fused) {
+        attention_backward_xsa_cuda(dq, dk, dv, dz, q, k, v, y, lse, B, T, H, Hkv, D, window, alpha, g_backend.scratch, g_backend.stream);
+        return;
+    }
+    if (!xsa) {
+        attention_backward_cuda(dq, dk, dv, dz, q, k, v, y, lse, B, T, H, Hkv, D, window, g_backend.scratch, g_backend.stream);
+        return;
+    }
+    // unfused: XSA's own self-position dv term goes to the end of scratch, past what the attention
+    // backward uses (see backend_scratch_floats), since the attention backward overwrites dv
+    floatX* dv_xsa = (floatX*)(g_backend.scratch + tokens * H * D / 2 + tokens * Hkv * D + tokens * H);
+    backend_zero(dv_xsa, tokens * Hkv * D * sizeof(floatX));
+    xsa_backward_cuda(dz, dv_xsa, dz, y, v, tokens, H, Hkv, D, alpha, g_backend.stream);
+    attention_backward_cuda(dq, dk, dv, dz, q, k, v, y, lse, B, T, H, Hkv, D, window, g_backend.scratch, g_backend.stream);
+    add_inplace_cuda(dv, dv_xsa, tokens * Hkv * D, g_backend.stream);
+#else
+    memset(dq, 0, tokens * H * D * sizeof(float));
+    memset(dk, 0, tokens * Hkv * D * sizeof(float));
+    memset(dv, 0, tokens * Hkv * D * sizeof(float));
+    if (xsa) xsa_backward_cpu(dz, dv, dz, y, v, tokens, H, Hkv, D, alpha);  // dz becomes dL/dy; dv gets XSA's term
+    attention_backward_cpu(dq, dk, dv, dz, q, k, v, y, lse, B, T, H, Hkv, D, window);
+#endif
+}
