@@ -1,5 +1,6 @@
 # xsa-train build. `make train_gpt` picks the backend for this machine; `make test` builds and runs the
-# test suite (CPU backend; the CUDA tests join it with issue #6).
+# test suite: the CPU backend's always, every CUDA target compiled whenever nvcc exists (warnings are
+# errors), and the CUDA backend's tests run when a GPU is present.
 
 CXX ?= g++
 # -march=native: the CPU backend's matmul and attention loops are written to be auto-vectorised for the
@@ -7,26 +8,36 @@ CXX ?= g++
 # (alpha = 0 must be bit-identical to XSA off).
 CXXFLAGS ?= -O3 -march=native -std=c++17 -Wall -Wextra -Werror
 OMPFLAGS = -fopenmp
-# the test and benchmark programs include train_gpt.cu as a library and use only part of it
+# the test, evaluation and benchmark programs include train_gpt.cu as a library and use only part of it
 LIBFLAGS = -Wno-unused-function
 HEADERS = $(wildcard *.cuh *.h)
 
+# CUDA: nvcc if installed; the architecture of the GPU present (nvidia-smi), else Hopper (H100/H200)
+NVCC ?= nvcc
+HAS_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1)
 HAS_GPU := $(shell nvidia-smi -L 2>/dev/null | grep -q GPU && echo 1)
+GPU_CC := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '. ')
+CUDA_ARCH ?= $(if $(GPU_CC),sm_$(GPU_CC),sm_90)
+NVCCFLAGS ?= -O3 -std=c++17 -arch=$(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-fopenmp,-march=native -Werror all-warnings
+NVCC_LIBFLAGS = -Xcompiler -Wno-unused-function -diag-suppress 177
+CUDA_LIBS = -lcublasLt -lgomp
+CUDA_CHECKS = $(patsubst dev/cuda/%.cu,dev/cuda/bin/%,$(wildcard dev/cuda/*_check.cu))
 
-.PHONY: all test bench clean train_gpt
+.PHONY: all test test_cuda cuda_targets bench clean train_gpt
 
 all: train_gpt_cpu eval_core test_xsa_cpu
 
-# The backend that suits this machine. The CUDA backend arrives with issue #6; until then a GPU
-# machine gets the CPU build too, and is told so.
+# The backend that suits this machine, and which one it is.
 train_gpt:
 ifeq ($(HAS_GPU),1)
-	@echo "train_gpt: a GPU is present, but the CUDA backend is not implemented yet (issue #6); building the CPU backend"
+	@echo "train_gpt: GPU found (compute capability $(GPU_CC)); building the CUDA backend for $(CUDA_ARCH)"
+	$(MAKE) --no-print-directory train_gpt_cuda
+	cp train_gpt_cuda train_gpt
 else
 	@echo "train_gpt: no GPU found; building the CPU backend (fp32, OpenMP)"
-endif
 	$(MAKE) --no-print-directory train_gpt_cpu
 	cp train_gpt_cpu train_gpt
+endif
 
 train_gpt_cpu: train_gpt.cu $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(OMPFLAGS) -x c++ train_gpt.cu -o $@
@@ -37,7 +48,37 @@ eval_core: eval_core.cpp train_gpt.cu $(HEADERS)
 test_xsa_cpu: test_xsa.cu train_gpt.cu $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) -x c++ test_xsa.cu -o $@
 
+train_gpt_cuda: train_gpt.cu $(HEADERS)
+	$(NVCC) $(NVCCFLAGS) train_gpt.cu -o $@ $(CUDA_LIBS)
+
+eval_core_cuda: eval_core.cpp train_gpt.cu $(HEADERS)
+	$(NVCC) $(NVCCFLAGS) $(NVCC_LIBFLAGS) -x cu eval_core.cpp -o $@ $(CUDA_LIBS)
+
+test_xsa_cuda: test_xsa.cu train_gpt.cu $(HEADERS)
+	$(NVCC) $(NVCCFLAGS) $(NVCC_LIBFLAGS) -x cu test_xsa.cu -o $@ $(CUDA_LIBS)
+
+# the kernel harnesses: each CUDA op against its CPU twin on random inputs, with timings (GPU only)
+dev/cuda/bin/%: dev/cuda/%.cu dev/cuda/check_util.cuh $(HEADERS)
+	@mkdir -p dev/cuda/bin
+	$(NVCC) $(NVCCFLAGS) $(NVCC_LIBFLAGS) -I. $< -o $@ $(CUDA_LIBS)
+
+dev/bench/bench_fwdbwd_cuda: dev/bench/bench_fwdbwd.cu train_gpt.cu $(HEADERS)
+	$(NVCC) $(NVCCFLAGS) $(NVCC_LIBFLAGS) dev/bench/bench_fwdbwd.cu -o $@ $(CUDA_LIBS)
+
+cuda_targets: train_gpt_cuda eval_core_cuda test_xsa_cuda dev/bench/bench_fwdbwd_cuda $(CUDA_CHECKS)
+
+# the CPU suite runs last, so that its "N passed, N failed" closes the output
 test: test_xsa_cpu train_gpt_cpu eval_core
+ifeq ($(HAS_NVCC),1)
+	$(MAKE) --no-print-directory cuda_targets
+ifeq ($(HAS_GPU),1)
+	./test_xsa_cuda
+else
+	@echo "CUDA targets compiled (no GPU here: the CUDA tests run on a GPU machine, see dev/gpu_check.sh)"
+endif
+else
+	@echo "nvcc not found: CUDA targets not compiled"
+endif
 	./test_xsa_cpu
 
 dev/bench/bench_fwdbwd: dev/bench/bench_fwdbwd.cu train_gpt.cu $(HEADERS)
@@ -48,4 +89,5 @@ bench: dev/bench/bench_fwdbwd
 	bash dev/bench/cpu_vs_torch.sh
 
 clean:
-	rm -f train_gpt train_gpt_cpu eval_core test_xsa_cpu dev/bench/bench_fwdbwd
+	rm -rf train_gpt train_gpt_cpu train_gpt_cuda eval_core eval_core_cuda test_xsa_cpu test_xsa_cuda \
+	       dev/bench/bench_fwdbwd dev/bench/bench_fwdbwd_cuda dev/cuda/bin

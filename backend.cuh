@@ -44,7 +44,26 @@ static inline void backend_init() {
     cuda_context_init();
     cudaCheck(cudaStreamCreate(&g_backend.stream));
     matmul_cuda_init(g_backend.stream);
+    printf("backend: %s on %s (%d SMs)\n", BACKEND_NAME, g_cuda.name, g_cuda.sm_count);
+#else
+    printf("backend: %s, %d threads\n", BACKEND_NAME, num_threads());
 #endif
+}
+
+// bf16 dense peak of this device in FLOP/s for MFU (nanochat's table, H100/H200), 0 if unknown: then no
+// MFU is printed rather than a made-up one.
+static inline double backend_peak_flops() {
+#ifdef __CUDACC__
+    const std::string name = g_cuda.name;
+    if (name.find("H200") != std::string::npos) return name.find("NVL") != std::string::npos ? 836e12 : 989e12;
+    if (name.find("H100") != std::string::npos) {
+        if (name.find("PCIe") != std::string::npos) return 756e12;
+        if (name.find("NVL") != std::string::npos) return 835e12;
+        return 989e12;
+    }
+    if (name.find("A100") != std::string::npos) return 312e12;
+#endif
+    return 0.0;
 }
 
 static inline void* backend_malloc(size_t bytes, const char* what) {

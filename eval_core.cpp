@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
     }
     if (weights.empty() || task_dir.empty()) fail("eval_core needs -e CHECKPOINT and -c TASKDIR (see --help)");
     if (max_per_task < 1 && max_per_task != -1) fail("-m must be >= 1, got %d", max_per_task);
-    printf("backend: CPU (fp32, %d OpenMP threads)\n", num_threads());
+    backend_init();
     SafetensorsFile file = safetensors_read(weights);
     GPTConfig config = config_from_metadata(file);
     GPT model;

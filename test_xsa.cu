@@ -72,6 +72,8 @@ static std::vector<std::string> trajectory_files() {
     return files;
 }
 
+#ifndef __CUDACC__  // the CPU backend's suite; the CUDA build's is at the end of the file
+
 // ----------------------------------------------------------------------------------------------------
 // 1. The model against the PyTorch reference: logits and loss (rel <= 1e-5), every gradient (rel L2 <= 1e-4)
 
@@ -1142,3 +1144,105 @@ int main() {
     printf("%d passed, %d failed\n", g_passed, g_failed);
     return g_failed == 0 ? 0 : 1;
 }
+
+#else  // __CUDACC__
+// ----------------------------------------------------------------------------------------------------
+// The CUDA backend's suite (make test on a GPU machine): the same PyTorch reference files at bf16
+// precision, and the identities that hold bit for bit on the GPU too. Each CUDA kernel is also compared
+// with its CPU twin on random inputs by the harnesses in dev/cuda/.
+
+static const double CUDA_LOSS_TOL = 1e-2, CUDA_LOGITS_TOL = 1e-2, CUDA_GRAD_TOL = 2e-2;
+
+struct CudaRun {
+    float loss;
+    std::vector<float> logits;  // (B*T, V) softcapped
+    std::vector<float> grads;   // all parameters
+};
+
+static CudaRun cuda_run(const SafetensorsFile& ref, const GPTConfig& c) {
+    const int B = std::stoi(ref.meta("batch")), T = c.seq_len;
+    const size_t N = (size_t)B * T;
+    GPT model;
+    gpt_build(&model, c);
+    gpt_load_weights(&model, ref);
+    CudaRun r;
+    r.loss = gpt_forward(&model, ref.get_i32("idx", N), ref.get_i32("targets", N), B, T);
+    std::vector<floatX> logits(N * c.vocab_size);
+    backend_download(logits.data(), model.acts.logits, logits.size() * sizeof(floatX));
+    r.logits.assign(logits.begin(), logits.end());
+    gpt_zero_grad(&model);
+    gpt_backward(&model, 1.0f);
+    const float* g = gpt_grads_to_host(&model);
+    r.grads.assign(g, g + model.num_params);
+    gpt_free(&model);
+    return r;
+}
+
+static void cuda_test_against_reference(const std::string& path) {
+    SafetensorsFile ref = safetensors_read(path);
+    GPTConfig c = config_from_metadata(ref);
+    const size_t N = (size_t)std::stoi(ref.meta("batch")) * c.seq_len;
+    CudaRun r = cuda_run(ref, c);
+    const float ref_loss = ref.get_f32("loss", 1)[0];
+    const double loss_err = fabs((double)r.loss - ref_loss) / fabs((double)ref_loss);
+    const double logit_err = rel_l2(r.logits.data(), ref.get_f32("logits", N * c.vocab_size), N * c.vocab_size);
+    double worst = 0.0;
+    std::string worst_name;
+    for (const ParamTensor& t : param_table(c)) {
+        double e = rel_l2(r.grads.data() + t.offset, ref.get_f32("grad." + t.name, t.numel), t.numel);
+        if (e > worst) { worst = e; worst_name = t.name; }
+    }
+    check(loss_err <= CUDA_LOSS_TOL && logit_err <= CUDA_LOGITS_TOL && worst <= CUDA_GRAD_TOL,
+          "CUDA %s: loss rel err %.1e, logits %.1e (<= 1e-2), worst gradient %.1e (<= 2e-2, %s)", path.c_str(), loss_err, logit_err, worst,
+          worst_name.c_str());
+}
+
+// alpha = 0 on every layer vs XSA off, and two identical runs: both bit-identical
+static void cuda_test_identities(const std::string& path) {
+    SafetensorsFile ref = safetensors_read(path);
+    GPTConfig base = config_from_metadata(ref), off = base, zero = base;
+    off.xsa_alpha = zero.xsa_alpha = 0.0f;
+    off.xsa_layer.assign(base.n_layer, false);
+    zero.xsa_layer.assign(base.n_layer, true);
+    for (bool fused : {true, false}) {
+        g_backend.xsa_fused = fused;
+        CudaRun a = cuda_run(ref, off), b = cuda_run(ref, zero);
+        bool same = memcmp(&a.loss, &b.loss, sizeof(float)) == 0 && a.logits == b.logits &&
+                    memcmp(a.grads.data(), b.grads.data(), a.grads.size() * sizeof(float)) == 0;
+        check(same, "CUDA %s: alpha=0 on all layers (%s XSA) is bit-identical to XSA off", path.c_str(), fused ? "fused" : "unfused");
+    }
+    g_backend.xsa_fused = true;
+    CudaRun a = cuda_run(ref, base), b = cuda_run(ref, base);
+    check(memcmp(&a.loss, &b.loss, sizeof(float)) == 0 && memcmp(a.grads.data(), b.grads.data(), a.grads.size() * sizeof(float)) == 0,
+          "CUDA %s: two runs give identical bits (loss and every gradient)", path.c_str());
+}
+
+// the fused and the unfused XSA compute the same function (up to bf16 rounding)
+static void cuda_test_fused_matches_unfused(const std::string& path) {
+    SafetensorsFile ref = safetensors_read(path);
+    GPTConfig c = config_from_metadata(ref);
+    g_backend.xsa_fused = true;
+    CudaRun fused = cuda_run(ref, c);
+    g_backend.xsa_fused = false;
+    CudaRun unfused = cuda_run(ref, c);
+    g_backend.xsa_fused = true;
+    double loss_err = fabs((double)fused.loss - unfused.loss) / fabs((double)unfused.loss);
+    double grad_err = rel_l2(fused.grads.data(), unfused.grads.data(), fused.grads.size());
+    check(loss_err <= CUDA_LOSS_TOL && grad_err <= CUDA_GRAD_TOL, "CUDA %s: fused vs unfused XSA: loss %.1e, all gradients %.1e", path.c_str(),
+          loss_err, grad_err);
+}
+
+int main() {
+    setvbuf(stdout, nullptr, _IOLBF, 0);
+    backend_init();
+    std::vector<std::string> files = reference_files();
+    check((int)files.size() >= MIN_REFERENCE_FILES, "found %zu reference files in %s", files.size(), REFERENCE_DIR);
+    for (const std::string& f : files) cuda_test_against_reference(f);
+    for (const std::string& f : files) cuda_test_identities(f);
+    for (const std::string& f : files)
+        if (f.find("xsa") != std::string::npos) cuda_test_fused_matches_unfused(f);
+    printf("%d passed, %d failed\n", g_passed, g_failed);
+    return g_failed == 0 ? 0 : 1;
+}
+#endif  // __CUDACC__
+

@@ -803,18 +803,34 @@ static double muon_weight_decay(const OptimConfig& o, int it) {
     return o.muon_wd * 0.5 * (1.0 + cos(M_PI * it / o.num_iterations));
 }
 
+// A Muon group: every block matrix of one shape (nanochat's groups), with its momentum and NorMuon state
+// stacked, (K, rows, cols) and (K, rows or cols), so the CUDA backend updates the group in one go.
+struct MuonStack {
+    int rows = 0, cols = 0;
+    std::vector<size_t> tensors;  // indices into model->table, in table order
+    float* momentum = nullptr;    // (K, rows, cols), inside Optimizer::state
+    float* second = nullptr;      // (K, normuon_state_size(rows, cols)), likewise
+#ifdef __CUDACC__
+    float** params = nullptr;     // device arrays of the K parameter and gradient pointers
+    float** grads = nullptr;
+    MuonScratch scratch;
+#endif
+};
+
 struct Optimizer {
     OptimConfig config;
     std::vector<ParamGroup> group;    // per parameter tensor (model->table order)
-    std::vector<float*> m, v;         // per tensor: AdamW moments, or Muon momentum and NorMuon state
-    float* state = nullptr;           // one allocation behind m and v
+    std::vector<float*> m, v;         // per tensor: AdamW moments, or its slices of its Muon stack
+    std::vector<MuonStack> stacks;
+    float* state = nullptr;           // backend memory behind m, v and the stacks
     size_t state_floats = 0;
-    std::vector<float> work;          // Muon scratch, the size of the largest matrix
+    std::vector<float> work;          // CPU Muon scratch, the size of the largest matrix
     int step = 0;                     // updates applied so far
 };
 
 static bool uses_muon(const Optimizer* opt, size_t i) { return opt->group[i] == GROUP_MATRIX && !opt->config.adamw_only; }
 
+// State layout: the AdamW tensors' (m, v) in table order, then each Muon stack's momentum and state.
 static void optimizer_init(Optimizer* opt, const GPT* model, const OptimConfig& config) {
     opt->config = config;
     const size_t n = model->table.size();
@@ -822,31 +838,71 @@ static void optimizer_init(Optimizer* opt, const GPT* model, const OptimConfig& 
     opt->m.resize(n);
     opt->v.resize(n);
     size_t total = 0, largest = 0;
-    std::vector<size_t> v_size(n);
     for (size_t i = 0; i < n; i++) {
         const ParamTensor& t = model->table[i];
         opt->group[i] = param_group(t.name);
         if (opt->group[i] == GROUP_MATRIX && t.shape.size() != 2) fail("internal: block parameter %s is not a matrix", t.name.c_str());
-        v_size[i] = uses_muon(opt, i) ? normuon_state_size((int)t.shape[0], (int)t.shape[1]) : t.numel;
-        if (uses_muon(opt, i)) largest = std::max(largest, t.numel);
-        total += t.numel + v_size[i];
+        if (!uses_muon(opt, i)) {
+            total += 2 * t.numel;
+            continue;
+        }
+        const int rows = (int)t.shape[0], cols = (int)t.shape[1];
+        largest = std::max(largest, t.numel);
+        size_t k = 0;
+        while (k < opt->stacks.size() && (opt->stacks[k].rows != rows || opt->stacks[k].cols != cols)) k++;
+        if (k == opt->stacks.size()) {
+            opt->stacks.push_back(MuonStack());
+            opt->stacks[k].rows = rows;
+            opt->stacks[k].cols = cols;
+        }
+        opt->stacks[k].tensors.push_back(i);
+        total += t.numel + normuon_state_size(rows, cols);
     }
     opt->state_floats = total;
-    opt->state = (float*)calloc(total, sizeof(float));
-    if (!opt->state) fail("out of memory allocating %zu floats of optimizer state", total);
+    opt->state = (float*)backend_malloc(total * sizeof(float), "optimizer state");
+    backend_zero(opt->state, total * sizeof(float));
     size_t offset = 0;
     for (size_t i = 0; i < n; i++) {
+        if (uses_muon(opt, i)) continue;
         opt->m[i] = opt->state + offset;
-        offset += model->table[i].numel;
-        opt->v[i] = opt->state + offset;
-        offset += v_size[i];
+        opt->v[i] = opt->state + offset + model->table[i].numel;
+        offset += 2 * model->table[i].numel;
+    }
+    for (MuonStack& st : opt->stacks) {
+        const size_t K = st.tensors.size(), matrix = (size_t)st.rows * st.cols, ns = normuon_state_size(st.rows, st.cols);
+        st.momentum = opt->state + offset;
+        st.second = st.momentum + K * matrix;
+        offset += K * (matrix + ns);
+        for (size_t k = 0; k < K; k++) {
+            opt->m[st.tensors[k]] = st.momentum + k * matrix;
+            opt->v[st.tensors[k]] = st.second + k * ns;
+        }
+#ifdef __CUDACC__
+        std::vector<float*> p(K), g(K);
+        for (size_t k = 0; k < K; k++) {
+            p[k] = model->params + model->table[st.tensors[k]].offset;
+            g[k] = model->grads + model->table[st.tensors[k]].offset;
+        }
+        st.params = (float**)backend_malloc(K * sizeof(float*), "Muon pointers");
+        st.grads = (float**)backend_malloc(K * sizeof(float*), "Muon pointers");
+        backend_upload(st.params, p.data(), K * sizeof(float*));
+        backend_upload(st.grads, g.data(), K * sizeof(float*));
+        muon_scratch_alloc(&st.scratch, (int)K, st.rows, st.cols);
+#endif
     }
     opt->work.assign(largest, 0.0f);
     opt->step = 0;
 }
 
 static void optimizer_free(Optimizer* opt) {
-    free(opt->state);
+#ifdef __CUDACC__
+    for (MuonStack& st : opt->stacks) {
+        backend_free(st.params);
+        backend_free(st.grads);
+        muon_scratch_free(&st.scratch);
+    }
+#endif
+    backend_free(opt->state);
     *opt = Optimizer();
 }
 
@@ -857,19 +913,29 @@ static void optimizer_step(Optimizer* opt, GPT* model) {
     const float lrm = (float)lr_multiplier(c, it);
     const float momentum = (float)muon_momentum(c, it), wd = (float)muon_weight_decay(c, it);
     for (size_t i = 0; i < model->table.size(); i++) {
+        if (uses_muon(opt, i)) continue;
         const ParamTensor& t = model->table[i];
+        const ParamGroup grp = opt->group[i];
+        const float lr = c.lr[grp] * lrm, group_wd = grp == GROUP_MATRIX ? c.matrix_adamw_wd : ADAM_WD[grp];
         float* p = model->params + t.offset;
         const float* g = model->grads + t.offset;
-        const ParamGroup grp = opt->group[i];
-        const float lr = c.lr[grp] * lrm;
-        if (uses_muon(opt, i)) {
-            muon_update_cpu(p, g, opt->m[i], opt->v[i], opt->work.data(), (int)t.shape[0], (int)t.shape[1], lr, momentum, wd,
-                            c.muon_eq, c.muon_plus);
-        } else {
-            float group_wd = grp == GROUP_MATRIX ? c.matrix_adamw_wd : ADAM_WD[grp];
-            adamw_update_cpu(p, g, opt->m[i], opt->v[i], t.numel, lr, ADAM_BETA1[grp], ADAM_BETA2[grp], ADAM_EPS, group_wd, it + 1);
-        }
+        CUDA_OR_CPU(adamw_update_cuda(p, g, opt->m[i], opt->v[i], t.numel, lr, ADAM_BETA1[grp], ADAM_BETA2[grp], ADAM_EPS, group_wd, it + 1,
+                                      g_backend.stream),
+                    adamw_update_cpu(p, g, opt->m[i], opt->v[i], t.numel, lr, ADAM_BETA1[grp], ADAM_BETA2[grp], ADAM_EPS, group_wd, it + 1));
     }
+    const float lr = c.lr[GROUP_MATRIX] * lrm;
+    for (MuonStack& st : opt->stacks) {
+#ifdef __CUDACC__
+        muon_update_cuda(st.params, st.grads, st.momentum, st.second, &st.scratch, lr, momentum, wd, c.muon_eq, c.muon_plus, g_backend.stream);
+#else
+        for (size_t i : st.tensors) {
+            const ParamTensor& t = model->table[i];
+            muon_update_cpu(model->params + t.offset, model->grads + t.offset, opt->m[i], opt->v[i], opt->work.data(), st.rows, st.cols, lr,
+                            momentum, wd, c.muon_eq, c.muon_plus);
+        }
+#endif
+    }
+    gpt_refresh_matmul_weights(model);
     opt->step++;
 }
 
@@ -973,19 +1039,25 @@ static double evaluate_bpb(GPT* model, DataLoader* val, const Tokenizer* tok, in
     return nats / (log(2.0) * bytes);
 }
 
+// The top token of row `row` of the last forward's logits (first maximum on ties).
+static int gpt_argmax(const GPT* model, size_t row) {
+    const int V = model->config.vocab_size;
+    std::vector<floatX> logits(V);
+    backend_download(logits.data(), model->acts.logits + row * V, V * sizeof(floatX));
+    int best = 0;
+    for (int v = 1; v < V; v++)
+        if ((float)logits[v] > (float)logits[best]) best = v;
+    return best;
+}
+
 // Greedy continuation of `prompt` (first maximum on ties), without a KV cache: each new token reruns
 // the forward on the whole sequence, which is fine for the few tokens sampled during training.
 static std::vector<int> generate_greedy(GPT* model, const std::vector<int>& prompt, int max_new) {
     std::vector<int> tokens = prompt;
-    const int V = model->config.vocab_size;
     for (int i = 0; i < max_new && (int)tokens.size() < model->config.seq_len; i++) {
         const int L = (int)tokens.size();
         gpt_forward(model, tokens.data(), nullptr, 1, L);
-        const float* row = model->acts.logits + (size_t)(L - 1) * V;
-        int best = 0;
-        for (int v = 1; v < V; v++)
-            if (row[v] > row[best]) best = v;
-        tokens.push_back(best);
+        tokens.push_back(gpt_argmax(model, (size_t)L - 1));
     }
     return tokens;
 }
@@ -1009,7 +1081,6 @@ static double train_step(GPT* model, Optimizer* opt, DataLoader* train, int accu
 // and greedy predictions are scored by core.h. max_per_task > 0 evaluates the first items of each task.
 static CoreResult core_evaluate(GPT* model, const std::vector<CoreTask>& tasks, int max_per_task) {
     CoreResult result;
-    const int V = model->config.vocab_size;
     for (const CoreTask& task : tasks) {
         CoreTaskResult r;
         r.label = task.label;
@@ -1029,17 +1100,12 @@ static CoreResult core_evaluate(GPT* model, const std::vector<CoreTask>& tasks, 
             }
             gpt_forward(model, idx.data(), targets.data(), B, T);
             std::vector<std::vector<float>> losses(B, std::vector<float>(T));
-            std::vector<std::vector<int>> argmax(B, std::vector<int>(T));
-            for (int b = 0; b < B; b++)
-                for (int t = 0; t < T; t++) {
-                    const size_t n = (size_t)b * T + t;
-                    losses[b][t] = model->acts.losses[n];
-                    const float* row = model->acts.logits + n * V;
-                    int best = 0;
-                    for (int v = 1; v < V; v++)
-                        if (row[v] > row[best]) best = v;
-                    argmax[b][t] = best;
-                }
+            std::vector<std::vector<int>> argmax(B, std::vector<int>(T, -1));  // only the answer positions are needed
+            for (int b = 0; b < B; b++) {
+                for (int t = 0; t < T; t++) losses[b][t] = model->losses_host[(size_t)b * T + t];
+                if (task.type == CORE_LANGUAGE_MODELING)
+                    for (int t = item.prompts[b].span_start - 1; t < item.prompts[b].span_end - 1; t++) argmax[b][t] = gpt_argmax(model, (size_t)b * T + t);
+            }
             std::vector<double> option_loss;
             r.correct.push_back(core_score_item(task, item, losses, argmax, &option_loss) ? 1 : 0);
             r.option_loss.push_back(option_loss);
@@ -1107,8 +1173,11 @@ static void save_checkpoint(const std::string& path, const GPT* model, const Opt
     snprintf(buf, sizeof buf, "%.17g", loop.train_ms);
     meta["train_ms"] = buf;
     std::vector<SafeTensorOut> tensors;
-    for (const ParamTensor& t : model->table) tensors.push_back({t.name, "F32", t.shape, model->params + t.offset});
-    tensors.push_back({"optimizer.state", "F32", {(int64_t)opt->state_floats}, opt->state});
+    gpt_params_to_host(model);
+    for (const ParamTensor& t : model->table) tensors.push_back({t.name, "F32", t.shape, model->params_host + t.offset});
+    std::vector<float> state(opt->state_floats);
+    backend_download(state.data(), opt->state, opt->state_floats * sizeof(float));
+    tensors.push_back({"optimizer.state", "F32", {(int64_t)opt->state_floats}, state.data()});
     std::vector<int32_t> loader = split_int64(dataloader_state(train));
     tensors.push_back({"dataloader.state", "I32", {(int64_t)loader.size()}, loader.data()});
     safetensors_write(path, meta, tensors);
@@ -1127,7 +1196,7 @@ static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt,
             fail("'%s' was written with %s = %s, but this run has %s = %s; resume with the same model and optimizer flags", path.c_str(),
                  kv.first.c_str(), f.metadata.count(kv.first) ? f.meta(kv.first).c_str() : "(missing)", kv.first.c_str(), kv.second.c_str());
     gpt_load_weights(model, f);
-    memcpy(opt->state, f.get_f32("optimizer.state", opt->state_floats), opt->state_floats * sizeof(float));
+    backend_upload(opt->state, f.get_f32("optimizer.state", opt->state_floats), opt->state_floats * sizeof(float));
     opt->step = std::stoi(f.meta("optimizer_step"));
     const SafeTensor* ls = f.find("dataloader.state");
     if (!ls || ls->numel() % 2 != 0) fail("'%s' has no valid dataloader.state", path.c_str());
@@ -1165,6 +1234,7 @@ static void print_usage() {
         "XSA\n"
         "  -x, --xsa ALPHA        XSA strength in [0, 1] (default 0 = standard attention)\n"
         "  --xsa-layers SPEC      all | none | comma list of L, A-B, last:K (default all)\n"
+        "  --xsa-fused 0|1        CUDA: XSA inside attention's kernels (default 1) or as its own kernels\n"
         "Optimizer (nanochat's MuonAdamW; lrs are the d12 values, scaled by the batch and width rules)\n"
         "  --optimizer muon|adamw Muon for block matrices + AdamW for the rest (default), or AdamW for all\n"
         "  --muon-eq 0|1          MuonEq row equilibration (default 1; 0 with --muon-plus 0 = the March-June\n"
@@ -1220,6 +1290,7 @@ struct Args {
     long eval_tokens = 80L * 524288;
     int sample_every = 2000;
     int save_every = -1;
+    bool xsa_fused = true;
     int core_every = 2000;
     int core_max_per_task = 500;
     std::string core_dir = "dev/data/core_tasks";
@@ -1254,6 +1325,7 @@ static Args parse_args(int argc, char** argv) {
         else if (flag == "--smear") smear = parse_bool(f, value);
         else if (flag == "-x" || flag == "--xsa") alpha = parse_float(f, value);
         else if (flag == "--xsa-layers") xsa_layers = value;
+        else if (flag == "--xsa-fused") args.xsa_fused = parse_bool(f, value);
         else if (flag == "--optimizer") o.optimizer = value;
         else if (flag == "--muon-eq") o.muon_eq = parse_bool(f, value);
         else if (flag == "--muon-plus") o.muon_plus = parse_bool(f, value);
@@ -1428,7 +1500,8 @@ static void print_samples(GPT* model, const Tokenizer* tok, int step) {
 
 int main(int argc, char** argv) {
     Args args = parse_args(argc, argv);
-    printf("backend: CPU (fp32, %d OpenMP threads)\n", num_threads());
+    backend_init();
+    g_backend.xsa_fused = args.xsa_fused;
     Tokenizer tok;
     tokenizer_load(&tok, args.tokenizer_path);
     GPTConfig& c = args.config;
@@ -1511,6 +1584,7 @@ int main(int argc, char** argv) {
     }
 
     const double flops_per_step = flops_per_token(c) * (double)plan.total_batch;
+    const double peak_flops = backend_peak_flops();
     std::vector<double> step_ms;
     const int first_step = loop.step;
     int timed_steps = 0;
@@ -1562,13 +1636,15 @@ int main(int argc, char** argv) {
         }
         const double tok_per_s = (double)plan.total_batch / (dt / 1000.0);
         const double eta_min = timed_steps > 0 ? (num_steps - step - 1) * (loop.train_ms / timed_steps) / 60000.0 : 0.0;
-        // a CPU has no agreed bf16 peak, so MFU is reported only by the CUDA backend (issue #6)
-        printf("step %d/%d (%.1f%%) | loss %.6f (smoothed) | lrm %.4f | %.1f ms | %.0f tok/s | MFU n/a | %.2f TFLOP/s | ETA %.1f min\n",
+        const double flops_per_s = flops_per_step / (dt / 1000.0);
+        char mfu_text[32] = "n/a";  // a CPU, or a GPU without a known peak: no MFU rather than a made-up one
+        if (peak_flops > 0) snprintf(mfu_text, sizeof mfu_text, "%.1f%%", 100.0 * flops_per_s / peak_flops);
+        printf("step %d/%d (%.1f%%) | loss %.6f (smoothed) | lrm %.4f | %.1f ms | %.0f tok/s | MFU %s | %.2f TFLOP/s | ETA %.1f min\n",
                step + 1, num_steps, 100.0 * (step + 1) / num_steps, loop.smooth_loss / (1.0 - pow(0.9, step + 1)), lrm, dt, tok_per_s,
-               flops_per_step / (dt / 1000.0) / 1e12, eta_min);
+               mfu_text, flops_per_s / 1e12, eta_min);
         if (metrics)
-            fprintf(metrics, "{\"step\": %d, \"kind\": \"train\", \"loss\": %.8f, \"lr_mult\": %.8f, \"dt_ms\": %.3f, \"tok_per_s\": %.1f, \"mfu\": null}\n",
-                    step, loss, lrm, dt, tok_per_s);
+            fprintf(metrics, "{\"step\": %d, \"kind\": \"train\", \"loss\": %.8f, \"lr_mult\": %.8f, \"dt_ms\": %.3f, \"tok_per_s\": %.1f, \"mfu\": %s}\n",
+                    step, loss, lrm, dt, tok_per_s, peak_flops > 0 ? std::to_string(flops_per_s / peak_flops).c_str() : "null");
     }
     if (!step_ms.empty()) {
         std::sort(step_ms.begin(), step_ms.end());

@@ -1,48 +1,89 @@
 /*
-Forward+backward tokens/s of the CPU backend on random tokens, for dev/bench/cpu_vs_torch.sh (the
-PyTorch side is dev/bench/bench_torch.py with the same flags). Build: make dev/bench/bench_fwdbwd
-usage: bench_fwdbwd LAYERS DIM HEADS KV_HEADS HEAD_DIM SEQ_LEN VOCAB BATCH WINDOW_PATTERN SHORT_WINDOW XSA_ALPHA ITERS
-Last line: "ours tok/s <float> ms/iter <float>" (median over ITERS after one warm-up pass).
+bench_fwdbwd.cu: tokens/s of one training step on random tokens, for either backend (the same source
+built with g++ or nvcc). The CPU build feeds dev/bench/cpu_vs_torch.sh (PyTorch: bench_torch.py with the
+same model); the CUDA build feeds dev/gpu_check.sh.
+  make dev/bench/bench_fwdbwd        (CPU)      make dev/bench/bench_fwdbwd_cuda    (CUDA)
+usage: bench_fwdbwd LAYERS DIM HEADS KV_HEADS HEAD_DIM SEQ_LEN VOCAB BATCH WINDOW_PATTERN SHORT_WINDOW XSA_ALPHA ITERS [XSA_FUSED]
+Prints the forward+backward rate ("ours tok/s ... ms/iter ...", median over ITERS after one warm-up),
+then the optimizer step, the whole step's rate and MFU (nanochat FLOPs, where the GPU's peak is known),
+and the memory in use.
 */
 #define TRAIN_GPT_NO_MAIN  // use train_gpt.cu as a library: everything but main()
 #include "../../train_gpt.cu"
 
+static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+static void synchronize() {
+#ifdef __CUDACC__
+    cudaCheck(cudaStreamSynchronize(g_backend.stream));
+#endif
+}
+
 int main(int argc, char** argv) {
-    if (argc != 13) fail("usage: %s LAYERS DIM HEADS KV_HEADS HEAD_DIM SEQ_LEN VOCAB BATCH WINDOW_PATTERN SHORT_WINDOW XSA_ALPHA ITERS", argv[0]);
+    if (argc != 13 && argc != 14)
+        fail("usage: %s LAYERS DIM HEADS KV_HEADS HEAD_DIM SEQ_LEN VOCAB BATCH WINDOW_PATTERN SHORT_WINDOW XSA_ALPHA ITERS [XSA_FUSED]", argv[0]);
+    backend_init();
     GPTConfig c;
-    c.n_layer = atoi(argv[1]);
-    c.n_embd = atoi(argv[2]);
-    c.n_head = atoi(argv[3]);
-    c.n_kv_head = atoi(argv[4]);
-    c.head_dim = atoi(argv[5]);
-    c.seq_len = atoi(argv[6]);
-    c.vocab_size = atoi(argv[7]);
+    c.n_layer = (int)parse_int("LAYERS", argv[1]);
+    c.n_embd = (int)parse_int("DIM", argv[2]);
+    c.n_head = (int)parse_int("HEADS", argv[3]);
+    c.n_kv_head = (int)parse_int("KV_HEADS", argv[4]);
+    c.head_dim = (int)parse_int("HEAD_DIM", argv[5]);
+    c.seq_len = (int)parse_int("SEQ_LEN", argv[6]);
+    c.vocab_size = (int)parse_int("VOCAB", argv[7]);
     c.padded_vocab = padded_vocab_size(c.vocab_size);
-    const int B = atoi(argv[8]);
+    const int B = (int)parse_int("BATCH", argv[8]);
     c.window_pattern = argv[9];
-    c.short_window = atoi(argv[10]);
-    c.xsa_alpha = (float)atof(argv[11]);
+    c.short_window = (int)parse_int("SHORT_WINDOW", argv[10]);
+    c.xsa_alpha = parse_float("XSA_ALPHA", argv[11]);
     c.xsa_layer.assign(c.n_layer, c.xsa_alpha > 0.0f);
-    const int iters = atoi(argv[12]);
+    const int iters = (int)parse_int("ITERS", argv[12]);
+    if (argc == 14) g_backend.xsa_fused = parse_bool("XSA_FUSED", argv[13]);
     if (B < 1 || iters < 1) fail("BATCH and ITERS must be >= 1");
     GPT model;
     gpt_build(&model, c);
     gpt_init_weights(&model, 42);
+    OptimArgs optim_args;
+    optim_args.total_batch = (long)B * c.seq_len;
+    optim_args.num_iterations = iters + 1;
+    Optimizer opt;
+    optimizer_init(&opt, &model, plan_training(c, optim_args).optim);
     Rng rng{43};
     std::vector<int> tokens((size_t)B * c.seq_len + 1);
     for (int& t : tokens) t = (int)(rng_next_u64(&rng) % (uint64_t)c.vocab_size);
-    std::vector<double> ms;
+    std::vector<double> fwdbwd_ms, update_ms;
     for (int it = 0; it <= iters; it++) {
         double t0 = wall_ms();
         gpt_zero_grad(&model);
-        gpt_forward(&model, tokens.data(), tokens.data() + 1, B, c.seq_len);
+        gpt_forward(&model, tokens.data(), tokens.data() + 1, B, c.seq_len);  // ends with the loss on the host: synchronised
         gpt_backward(&model, 1.0f);
-        if (it > 0) ms.push_back(wall_ms() - t0);  // the first pass pays for page faults
+        synchronize();
+        double t1 = wall_ms();
+        optimizer_step(&opt, &model);
+        synchronize();
+        double t2 = wall_ms();
+        if (it > 0) {  // the first pass pays for page faults, allocations and cuBLASLt's algorithm search
+            fwdbwd_ms.push_back(t1 - t0);
+            update_ms.push_back(t2 - t1);
+        }
     }
-    std::sort(ms.begin(), ms.end());
-    double median = ms[ms.size() / 2];
-    printf("threads %d, params %zu\n", num_threads(), model.num_params);
-    printf("ours tok/s %.1f ms/iter %.3f\n", B * c.seq_len / (median / 1000.0), median);
+    const double tokens_per_step = (double)B * c.seq_len, fb = median(fwdbwd_ms), up = median(update_ms);
+    const double step_tok_s = tokens_per_step / ((fb + up) / 1000.0), peak = backend_peak_flops();
+    printf("params %zu, batch %d x %d\n", model.num_params, B, c.seq_len);
+    printf("ours tok/s %.1f ms/iter %.3f\n", tokens_per_step / (fb / 1000.0), fb);
+    printf("optimizer step ms %.3f\n", up);
+    printf("step tok/s %.1f", step_tok_s);
+    if (peak > 0) printf(" MFU %.1f%%", 100.0 * step_tok_s * flops_per_token(c) / peak);
+    printf("\n");
+#ifdef __CUDACC__
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
+    printf("device memory in use GiB %.2f\n", (total_bytes - free_bytes) / 1073741824.0);
+#endif
+    optimizer_free(&opt);
     gpt_free(&model);
     return 0;
 }
