@@ -8,7 +8,7 @@
 // 64-row tile, B = 2), on fresh random inputs: the forward (y, lse), the backward (dq, dk, dv), the fused
 // XSA forward (z, y, lse) and backward for alpha 0, 0.5, 1, and the unfused XSA ops. The CPU twins run in
 // fp32 on the same bf16-rounded inputs; the comparison is the relative L2 error ||gpu - cpu|| / ||cpu||
-// (bf16 tolerance 1e-2; lse, fp32, 1e-3). Outputs are poisoned (NaN bytes) before every run, so an
+// (bf16 tolerance 1e-2; lse, fp32, 1e-4). Outputs are poisoned (NaN bytes) before every run, so an
 // unwritten element fails the check. Identities checked bit-exactly: two runs give the same bits; the
 // fused forward's y and lse are the plain forward's; alpha = 0 gives z = y and the plain backward's
 // gradients; the forward + backward captured in a CUDA graph replay to the same bits; the unfused
@@ -44,33 +44,43 @@ static void report(bool ok, const char* what, const char* detail) {
     if (!ok || !g_quiet_pass) printf("%s %-44s %s\n", ok ? "ok  " : "FAIL", what, detail);
 }
 
-// ||a - b|| / ||b|| in double; NaN anywhere gives NaN (which fails every tolerance test below)
-static double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-    double diff = 0.0, ref = 0.0;
-    for (size_t i = 0; i < a.size(); i++) {
-        const double d = (double)a[i] - (double)b[i];
-        diff += d * d;
-        ref += (double)b[i] * (double)b[i];
-    }
-    return ref > 0.0 ? sqrt(diff / ref) : sqrt(diff);
-}
-
 static double l2(const std::vector<float>& a) {
     double s = 0.0;
     for (float x : a) s += (double)x * x;
     return sqrt(s);
 }
 
-// ||gpu - cpu|| / max(||cpu||, floor): floor > 0 where the reference is a sum of larger terms that may
-// cancel (the error of a bf16 computation scales with the terms, not with their sum)
+// Two measures, both written so that NaN fails:
+// * ||gpu - cpu|| / ||cpu|| <= tol over the whole tensor;
+// * the worst row (row_len consecutive elements, one token of one head) with ||gpu_r - cpu_r|| over
+//   max(||cpu_r||, rms row norm) <= 5 tol: a tile-range error that drops or adds a few (query, key)
+//   pairs hides in the global norm but not in the rows it touches (seen with mutated kernels).
+// floor > 0 where the reference is a sum of larger terms that may cancel (the error of a bf16
+// computation scales with the terms, not with their sum): the norms are taken at least that large.
 static void check_close(const char* what, const std::vector<float>& gpu, const std::vector<float>& cpu, double tol,
-                        double floor = 0.0) {
-    double err = rel_l2(gpu, cpu);
-    const double ref = l2(cpu);
-    if (floor > ref && ref > 0.0) err *= ref / floor;
-    char detail[96];
-    snprintf(detail, sizeof detail, "rel L2 %.2e (tol %.0e)%s", err, tol, floor > ref ? " vs ||terms||" : "");
-    report(err <= tol, what, detail);  // written so that NaN fails
+                        int row_len = 0, double floor = 0.0) {
+    const double ref = std::max(l2(cpu), floor);
+    double diff = 0.0;
+    for (size_t i = 0; i < cpu.size(); i++) diff += ((double)gpu[i] - cpu[i]) * ((double)gpu[i] - cpu[i]);
+    const double err = ref > 0.0 ? sqrt(diff) / ref : sqrt(diff);
+    double worst = 0.0;
+    if (row_len > 0) {
+        const size_t rows = cpu.size() / row_len;
+        const double rms_row = ref / sqrt((double)rows);
+        for (size_t r = 0; r < rows; r++) {
+            double d = 0.0, n = 0.0;
+            for (size_t i = r * row_len; i < (r + 1) * row_len; i++) {
+                d += ((double)gpu[i] - cpu[i]) * ((double)gpu[i] - cpu[i]);
+                n += (double)cpu[i] * cpu[i];
+            }
+            const double e = sqrt(d) / std::max(sqrt(n), rms_row);
+            worst = e > worst || e != e ? e : worst;
+        }
+    }
+    char detail[128];
+    if (row_len > 0) snprintf(detail, sizeof detail, "rel L2 %.2e (tol %.0e), worst row %.2e (tol %.0e)", err, tol, worst, 5 * tol);
+    else snprintf(detail, sizeof detail, "rel L2 %.2e (tol %.0e)", err, tol);
+    report(err <= tol && worst <= 5 * tol, what, detail);
 }
 
 // ---- device buffers ----
@@ -131,12 +141,13 @@ static void check_bits(const char* what, bool same) { report(same, what, same ? 
 
 struct Shape {
     int B, T, H, Hkv, D, window;
+    float qstd = 1.5f;  // scores ~ N(0, qstd^2 1.5^2): 1.5 a peaked softmax, 0.1 a nearly flat one
 };
 
 static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
     const int B = s.B, T = s.T, H = s.H, Hkv = s.Hkv, D = s.D, W = s.window;
     const size_t tokens = (size_t)B * T, nq = tokens * H * D, nkv = tokens * Hkv * D, nl = (size_t)B * H * T;
-    printf("-- B %d T %d H %d Hkv %d D %d window %d\n", B, T, H, Hkv, D, W);
+    printf("-- B %d T %d H %d Hkv %d D %d window %d q std %.1f\n", B, T, H, Hkv, D, W, s.qstd);
     char name[128];
 #define NAME(...) (snprintf(name, sizeof name, __VA_ARGS__), name)
 
@@ -144,7 +155,7 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
     Buf<float> lse(nl), lse2(nl);
     Buf<floatX> dq(nq), dk(nkv), dv(nkv), dq2(nq), dk2(nkv), dv2(nkv), dq0(nq), dk0(nkv), dv0(nkv);
     Buf<float> scratch(attention_backward_scratch_floats(B, T, H, Hkv, D, true));
-    std::vector<float> hq = random_bf16(q, 1.5f, rng), hk = random_bf16(k, 1.5f, rng), hv = random_bf16(v, 1.0f, rng);
+    std::vector<float> hq = random_bf16(q, s.qstd, rng), hk = random_bf16(k, 1.5f, rng), hv = random_bf16(v, 1.0f, rng);
     std::vector<float> hdy = random_bf16(dy, 1.0f, rng);
 
     // plain forward
@@ -152,8 +163,8 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
     attention_forward_cpu(cy.data(), clse.data(), hq.data(), hk.data(), hv.data(), B, T, H, Hkv, D, W);
     y.poison(st), lse.poison(st);
     attention_forward_cuda(y.p, lse.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, st);
-    check_close("forward y", download(y), cy, 1e-2);
-    check_close("forward lse", download(lse), clse, 1e-3);
+    check_close("forward y", download(y), cy, 1e-2, D);
+    check_close("forward lse", download(lse), clse, 1e-4, 1);  // fp32: errors ~1e-7
     y2.poison(st), lse2.poison(st);
     attention_forward_cuda(y2.p, lse2.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, st);
     check_bits("forward deterministic (y, lse)", same_bits(y, y2) && same_bits(lse, lse2));
@@ -165,9 +176,9 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
                            glse.data(), B, T, H, Hkv, D, W);
     dq.poison(st), dk.poison(st), dv.poison(st), scratch.poison(st);
     attention_backward_cuda(dq.p, dk.p, dv.p, dy.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, scratch.p, st);
-    check_close("backward dq", download(dq), cdq, 1e-2);
-    check_close("backward dk", download(dk), cdk, 1e-2);
-    check_close("backward dv", download(dv), cdv, 1e-2);
+    check_close("backward dq", download(dq), cdq, 1e-2, D);
+    check_close("backward dk", download(dk), cdk, 1e-2, D);
+    check_close("backward dv", download(dv), cdv, 1e-2, D);
     dq2.poison(st), dk2.poison(st), dv2.poison(st), scratch.poison(st);
     attention_backward_cuda(dq2.p, dk2.p, dv2.p, dy.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, scratch.p, st);
     check_bits("backward deterministic (dq, dk, dv)", same_bits(dq, dq2) && same_bits(dk, dk2) && same_bits(dv, dv2));
@@ -179,7 +190,7 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
         xsa_forward_cpu(cz.data(), cy.data(), hv.data(), tokens, H, Hkv, D, alpha);
         z.poison(st), y2.poison(st), lse2.poison(st);
         attention_forward_xsa_cuda(z.p, y2.p, lse2.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, alpha, st);
-        check_close(NAME("xsa %.1f forward z", alpha), download(z), cz, 1e-2);
+        check_close(NAME("xsa %.1f forward z", alpha), download(z), cz, 1e-2, D);
         check_bits(NAME("xsa %.1f forward y, lse == plain forward", alpha), same_bits(y, y2) && same_bits(lse, lse2));
         if (alpha == 0.0f) check_bits("xsa 0.0 forward z == y", same_bits(z, y));
         // the fused epilogue against the unfused op on the same bf16 y
@@ -204,9 +215,9 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
         for (size_t i = 0; i < nkv; i++) cdv[i] += cdv_xsa[i];
         dq.poison(st), dk.poison(st), dv.poison(st), scratch.poison(st);
         attention_backward_xsa_cuda(dq.p, dk.p, dv.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, alpha, scratch.p, st);
-        check_close(NAME("xsa %.1f backward dq", alpha), download(dq), cdq, 1e-2);
-        check_close(NAME("xsa %.1f backward dk", alpha), download(dk), cdk, 1e-2);
-        check_close(NAME("xsa %.1f backward dv", alpha), download(dv), cdv, 1e-2, dv_attention_norm);
+        check_close(NAME("xsa %.1f backward dq", alpha), download(dq), cdq, 1e-2, D);
+        check_close(NAME("xsa %.1f backward dk", alpha), download(dk), cdk, 1e-2, D);
+        check_close(NAME("xsa %.1f backward dv", alpha), download(dv), cdv, 1e-2, D, dv_attention_norm);
         dq2.poison(st), dk2.poison(st), dv2.poison(st), scratch.poison(st);
         attention_backward_xsa_cuda(dq2.p, dk2.p, dv2.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, alpha, scratch.p, st);
         check_bits(NAME("xsa %.1f backward deterministic", alpha), same_bits(dq, dq2) && same_bits(dk, dk2) && same_bits(dv, dv2));
@@ -225,11 +236,11 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
         xsa_backward_cpu(cudy.data(), cudv.data(), hudz.data(), huy.data(), huv.data(), tokens, H, Hkv, D, alpha);
         uz.poison(st);
         xsa_forward_cuda(uz.p, uy.p, uv.p, tokens, H, Hkv, D, alpha, st);
-        check_close(NAME("xsa %.1f unfused forward z", alpha), download(uz), cuz, 1e-2);
+        check_close(NAME("xsa %.1f unfused forward z", alpha), download(uz), cuz, 1e-2, D);
         udy.poison(st);
         xsa_backward_cuda(udy.p, udv.p, udz.p, uy.p, uv.p, tokens, H, Hkv, D, alpha, st);
-        check_close(NAME("xsa %.1f unfused backward dy", alpha), download(udy), cudy, 1e-2);
-        check_close(NAME("xsa %.1f unfused backward dv (+=)", alpha), download(udv), cudv, 1e-2);
+        check_close(NAME("xsa %.1f unfused backward dy", alpha), download(udy), cudy, 1e-2, D);
+        check_close(NAME("xsa %.1f unfused backward dv (+=)", alpha), download(udv), cudv, 1e-2, D);
         // in place (dy aliasing dz), dv from the same start: the same bits
         upload(udv2, hudv);
         xsa_backward_cuda(udz.p, udv2.p, udz.p, uy.p, uv.p, tokens, H, Hkv, D, alpha, st);
@@ -338,12 +349,15 @@ int main(int argc, char** argv) {
     Rng rng = {20260610ull};
 
     const Shape shapes[] = {
-        {2, 100, 4, 2, 64, 100},   // full window, T < 2 tiles and not a multiple of 64, GQA 2:1
-        {2, 200, 4, 2, 64, 37},    // window < tile, tiles outside the window skipped
-        {2, 130, 2, 2, 128, 130},  // D 128, full
-        {2, 257, 4, 2, 128, 70},   // D 128, window, one row in the last tile
-        {1, 300, 2, 1, 64, 0},     // window 0: every token sees only itself (GQA 2:1)
-        {1, 512, 2, 1, 64, 128},   // T and window multiples of the tile
+        {2, 100, 4, 2, 64, 100},       // full window, T < 2 tiles and not a multiple of 64, GQA 2:1
+        {2, 200, 4, 2, 64, 37},        // window < tile, tiles outside the window skipped
+        {2, 200, 4, 2, 64, 65, 0.1f},  // window = 1 mod 64 (and 32): every tile-range bound is exact;
+                                       // flat softmax, so the boundary keys carry weight
+        {2, 130, 2, 2, 128, 130},      // D 128, full
+        {2, 257, 4, 2, 128, 70},       // D 128, window, one row in the last tile
+        {2, 200, 2, 1, 128, 65, 0.1f}, // D 128, tile-range bounds, GQA 2:1
+        {1, 300, 2, 1, 64, 0},         // window 0: every token sees only itself (GQA 2:1)
+        {1, 512, 2, 1, 64, 128},       // T and window multiples of the tile
     };
     for (const Shape& s : shapes) check_shape(s, &rng, st);
 
