@@ -50,6 +50,17 @@ static inline void backend_init() {
 #endif
 }
 
+// Device memory in use (measured), 0 on the CPU backend.
+static inline size_t backend_memory_in_use() {
+#ifdef __CUDACC__
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
+    return total_bytes - free_bytes;
+#else
+    return 0;
+#endif
+}
+
 // bf16 dense peak of this device in FLOP/s for MFU (nanochat's table, H100/H200), 0 if unknown: then no
 // MFU is printed rather than a made-up one.
 static inline double backend_peak_flops() {

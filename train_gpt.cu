@@ -1430,8 +1430,16 @@ static void print_model(const GPTConfig& c, int B) {
     printf("parameters: wte %zu | value_embeds %zu | lm_head %zu | transformer matrices %zu | scalars %zu | total %zu\n",
            pc.wte, pc.value_embeds, pc.lm_head, pc.transformer_matrices, pc.scalars, pc.total);
     printf("scaling parameters (matrices + lm_head): %zu | FLOPs/token (6N + attention): %.4e\n", pc.scaling, flops_per_token(c));
-    printf("memory: parameters %.1f MiB, gradients %.1f MiB, activations for B=%d %.1f MiB\n", pc.total * 4.0 / (1 << 20),
-           pc.total * 4.0 / (1 << 20), B, count.used / (double)(1 << 20));
+    // the plan of what the backend allocates: fp32 masters and gradients, the matmuls' bf16 copy (CUDA),
+    // optimizer state (AdamW: 2 floats per parameter; Muon: 1 per parameter + 1 per row or column), activations
+    const double MiB = 1 << 20;
+    size_t optimizer_floats = 0;
+    for (const ParamTensor& t : param_table(c))
+        optimizer_floats += param_group(t.name) == GROUP_MATRIX ? t.numel + normuon_state_size((int)t.shape[0], (int)t.shape[1]) : 2 * t.numel;
+    const size_t matmul_copy = sizeof(floatX) == sizeof(float) ? 0 : pc.total * sizeof(floatX);
+    printf("memory plan: parameters %.1f MiB, gradients %.1f MiB, bf16 copy %.1f MiB, optimizer state %.1f MiB (Muon), "
+           "activations for B=%d %.1f MiB\n", pc.total * 4.0 / MiB, pc.total * 4.0 / MiB, matmul_copy / MiB, optimizer_floats * 4.0 / MiB, B,
+           count.used / MiB);
 }
 
 static void print_plan(const TrainingPlan& plan, int accum) {
@@ -1642,6 +1650,8 @@ int main(int argc, char** argv) {
         printf("step %d/%d (%.1f%%) | loss %.6f (smoothed) | lrm %.4f | %.1f ms | %.0f tok/s | MFU %s | %.2f TFLOP/s | ETA %.1f min\n",
                step + 1, num_steps, 100.0 * (step + 1) / num_steps, loop.smooth_loss / (1.0 - pow(0.9, step + 1)), lrm, dt, tok_per_s,
                mfu_text, flops_per_s / 1e12, eta_min);
+        if (step == first_step && backend_memory_in_use() > 0)
+            printf("device memory in use after the first step: %.2f GiB (measured)\n", backend_memory_in_use() / 1073741824.0);
         if (metrics)
             fprintf(metrics, "{\"step\": %d, \"kind\": \"train\", \"loss\": %.8f, \"lr_mult\": %.8f, \"dt_ms\": %.3f, \"tok_per_s\": %.1f, \"mfu\": %s}\n",
                     step, loss, lrm, dt, tok_per_s, peak_flops > 0 ? std::to_string(flops_per_s / peak_flops).c_str() : "null");

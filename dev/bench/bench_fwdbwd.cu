@@ -78,11 +78,7 @@ int main(int argc, char** argv) {
     printf("step tok/s %.1f", step_tok_s);
     if (peak > 0) printf(" MFU %.1f%%", 100.0 * step_tok_s * flops_per_token(c) / peak);
     printf("\n");
-#ifdef __CUDACC__
-    size_t free_bytes = 0, total_bytes = 0;
-    cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
-    printf("device memory in use GiB %.2f\n", (total_bytes - free_bytes) / 1073741824.0);
-#endif
+    if (backend_memory_in_use() > 0) printf("device memory in use GiB %.2f\n", backend_memory_in_use() / 1073741824.0);
     optimizer_free(&opt);
     gpt_free(&model);
     return 0;
