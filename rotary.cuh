@@ -22,8 +22,10 @@ static inline void rotary_tables(float* cos_table, float* sin_table, int T, int 
 // ----------------------------------------------------------------------------------------------------
 // CPU backend
 
-// x (B, T, heads, D) rotated in place: out1 = x1*cos + x2*sin, out2 = -x1*sin + x2*cos.
-static inline void rotary_forward_cpu(float* x, const float* cos_table, const float* sin_table, int B, int T, int heads, int D) {
+// x (B, T, heads, D) rotated in place by -theta when sign = 1 (the forward):
+//   out1 = x1*cos + x2*sin, out2 = -x1*sin + x2*cos;
+// the rotation is orthogonal, so the backward is the same with sign = -1 (its transpose, +theta).
+static inline void rotary_rotate_cpu(float* x, const float* cos_table, const float* sin_table, float sign, int B, int T, int heads, int D) {
     int half = D / 2;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
@@ -33,31 +35,21 @@ static inline void rotary_forward_cpu(float* x, const float* cos_table, const fl
             for (int h = 0; h < heads; h++) {
                 float* v = x + (((size_t)b * T + t) * heads + h) * D;
                 for (int j = 0; j < half; j++) {
-                    float x1 = v[j], x2 = v[j + half];
-                    v[j] = x1 * c[j] + x2 * s[j];
-                    v[j + half] = -x1 * s[j] + x2 * c[j];
+                    float x1 = v[j], x2 = v[j + half], sj = sign * s[j];
+                    v[j] = x1 * c[j] + x2 * sj;
+                    v[j + half] = -x1 * sj + x2 * c[j];
                 }
             }
         }
 }
 
-// dx (B, T, heads, D) in place: the rotation is orthogonal, so the backward rotates by +theta (transpose).
+static inline void rotary_forward_cpu(float* x, const float* cos_table, const float* sin_table, int B, int T, int heads, int D) {
+    rotary_rotate_cpu(x, cos_table, sin_table, 1.0f, B, T, heads, D);
+}
+
+// dx (B, T, heads, D) in place
 static inline void rotary_backward_cpu(float* dx, const float* cos_table, const float* sin_table, int B, int T, int heads, int D) {
-    int half = D / 2;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            const float* c = cos_table + t * half;
-            const float* s = sin_table + t * half;
-            for (int h = 0; h < heads; h++) {
-                float* g = dx + (((size_t)b * T + t) * heads + h) * D;
-                for (int j = 0; j < half; j++) {
-                    float g1 = g[j], g2 = g[j + half];
-                    g[j] = g1 * c[j] - g2 * s[j];
-                    g[j + half] = g1 * s[j] + g2 * c[j];
-                }
-            }
-        }
+    rotary_rotate_cpu(dx, cos_table, sin_table, -1.0f, B, T, heads, D);
 }
 
 // ----------------------------------------------------------------------------------------------------

@@ -72,6 +72,23 @@ static std::vector<std::string> trajectory_files() {
     return files;
 }
 
+// A small model for the tests: V tokens, L layers of width C with H heads of D channels, T positions,
+// windows "SL" with a short window of `window`, no XSA.
+static GPTConfig tiny_config(int V, int L, int C, int H, int D, int T, int window) {
+    GPTConfig c;
+    c.vocab_size = V;
+    c.padded_vocab = padded_vocab_size(V);
+    c.n_layer = L;
+    c.n_embd = C;
+    c.n_head = c.n_kv_head = H;
+    c.head_dim = D;
+    c.seq_len = T;
+    c.short_window = window;
+    c.window_pattern = "SL";
+    c.xsa_layer.assign(L, false);
+    return c;
+}
+
 #ifndef __CUDACC__  // the CPU backend's suite; the CUDA build's is at the end of the file
 
 // ----------------------------------------------------------------------------------------------------
@@ -299,14 +316,7 @@ static void test_layer_spec() {
 // 7. Initialisation (spec 1.6) and the safetensors round trip
 
 static void test_init_and_roundtrip() {
-    GPTConfig c;
-    c.n_layer = 4;
-    c.n_embd = 128;
-    c.n_head = c.n_kv_head = 2;
-    c.vocab_size = 1000;
-    c.padded_vocab = padded_vocab_size(1000);
-    c.seq_len = 64;
-    c.short_window = 16;
+    GPTConfig c = tiny_config(1000, 4, 128, 2, 64, 64, 16);
     c.xsa_alpha = 1.0f;
     c.xsa_layer = parse_layer_spec("1-2", 4);
     GPT model;
@@ -549,16 +559,7 @@ static void test_polar_express(int rows, int cols) {
 // 11. Training a tiny model on one fixed batch lowers the loss at every one of 30 steps
 
 static void test_loss_decreases(bool adamw_only, float alpha) {
-    GPTConfig c;
-    c.vocab_size = 100;
-    c.padded_vocab = padded_vocab_size(100);
-    c.n_layer = 3;
-    c.n_embd = 32;
-    c.n_head = c.n_kv_head = 2;
-    c.head_dim = 16;
-    c.seq_len = 32;
-    c.short_window = 8;
-    c.window_pattern = "SL";
+    GPTConfig c = tiny_config(100, 3, 32, 2, 16, 32, 8);
     c.xsa_alpha = alpha;
     c.xsa_layer.assign(3, alpha > 0.0f);
     OptimArgs a;
@@ -687,15 +688,7 @@ static void test_resume_bit_identical(bool adamw_only) {
         for (int i = 0; i < len; i++) stream.push_back(1 + (uint32_t)(rng_next_u64(&rng) % 63));
     }
     write_shard(shard, stream, 1);
-    GPTConfig c;
-    c.vocab_size = 64;
-    c.padded_vocab = 64;
-    c.n_layer = 2;
-    c.n_embd = 32;
-    c.n_head = c.n_kv_head = 2;
-    c.head_dim = 16;
-    c.seq_len = 16;
-    c.short_window = 4;
+    GPTConfig c = tiny_config(64, 2, 32, 2, 16, 16, 4);
     c.xsa_alpha = 1.0f;
     c.xsa_layer = {false, true};
     OptimArgs a;
