@@ -1033,7 +1033,7 @@ static double evaluate_bpb(GPT* model, DataLoader* val, const Tokenizer* tok, in
     for (int s = 0; s < steps; s++) {
         dataloader_next_batch(val);
         gpt_forward(model, val->inputs.data(), val->targets.data(), val->B, val->T);
-        bpb_accumulate(&nats, &bytes, model->acts.losses, val->targets.data(), (size_t)val->B * val->T, tok->token_bytes);
+        bpb_accumulate(&nats, &bytes, model->losses_host.data(), val->targets.data(), (size_t)val->B * val->T, tok->token_bytes);
     }
     if (bytes == 0.0) fail("the validation batches hold no byte-bearing tokens; bits per byte is undefined");
     return nats / (log(2.0) * bytes);
