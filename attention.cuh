@@ -32,9 +32,7 @@ static inline void attention_forward_cpu(real* y, real* lse, const real* q, cons
                     real row_max = -INFINITY;
                     for (int j = j0; j <= i; j++) {
                         const real* kj = k + (((size_t)b * T + j) * Hkv + kvh) * D;
-                        real s = 0;
-                        for (int d = 0; d < D; d++) s += qi[d] * kj[d];
-                        s *= scale;
+                        real s = dot_lanes(qi, kj, D) * scale;
                         scores[j] = s;
                         row_max = s > row_max ? s : row_max;
                     }
@@ -78,17 +76,12 @@ static inline void attention_backward_cpu(real* dq, real* dk, real* dv, const re
                         real* dqi = dq + qrow;
                         real row_lse = lse[((size_t)b * H + h) * T + i];
                         int j0 = i - window > 0 ? i - window : 0;
-                        real delta = 0;
-                        for (int d = 0; d < D; d++) delta += dyi[d] * yi[d];
+                        const real delta = dot_lanes(dyi, yi, D);
                         for (int j = j0; j <= i; j++) {
                             size_t kvrow = (((size_t)b * T + j) * Hkv + kvh) * D;
                             const real* kj = k + kvrow;
                             const real* vj = v + kvrow;
-                            real s = 0, dp = 0;
-                            for (int d = 0; d < D; d++) {
-                                s += qi[d] * kj[d];
-                                dp += dyi[d] * vj[d];
-                            }
+                            const real s = dot_lanes(qi, kj, D), dp = dot_lanes(dyi, vj, D);
                             real p = std::exp(s * scale - row_lse);
                             real ds = p * (dp - delta) * scale;
                             real* dkj = dk + kvrow;

@@ -128,6 +128,21 @@ static inline double dot_deterministic(const float* a, const float* b, size_t n)
     return total;
 }
 
+// sum_i a[i] * b[i] over n elements with 16 independent partial sums: without -ffast-math a single
+// running sum is a chain of dependent FMAs the compiler may not reorder, while 16 lanes vectorise into
+// one wide FMA per step. The summation order is fixed, so results stay deterministic.
+template <typename real>
+static inline real dot_lanes(const real* a, const real* b, int n) {
+    real acc[16] = {0};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; l++) acc[l] += a[i + l] * b[i + l];
+    for (; i < n; i++) acc[i % 16] += a[i] * b[i];
+    real sum = 0;
+    for (int l = 0; l < 16; l++) sum += acc[l];
+    return sum;
+}
+
 static inline int num_threads() {
 #ifdef _OPENMP
     return omp_get_max_threads();

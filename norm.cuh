@@ -17,9 +17,7 @@ static inline void rmsnorm_forward_cpu(float* out, float* rstd, const float* inp
     for (long r = 0; r < (long)rows; r++) {
         const float* x = inp + (size_t)r * C;
         float* y = out + (size_t)r * C;
-        float sumsq = 0.0f;
-        for (int i = 0; i < C; i++) sumsq += x[i] * x[i];
-        float s = 1.0f / sqrtf(sumsq / C + RMSNORM_EPS);
+        float s = 1.0f / sqrtf(dot_lanes(x, x, C) / C + RMSNORM_EPS);
         for (int i = 0; i < C; i++) y[i] = scale * (x[i] * s);
         rstd[r] = s;
     }
