@@ -14,20 +14,10 @@ sys.path.insert(0, HERE)
 import make_optim_refs as R  # noqa: E402
 import optim  # noqa: E402
 import safetensors_io  # noqa: E402
+from checks import check, finish, rel  # noqa: E402
 from model import GPT, Config, random_init  # noqa: E402
 
 torch.set_num_threads(1)
-RESULTS = []
-
-
-def check(name, ok, detail=""):
-    RESULTS.append(bool(ok))
-    print(f"{'PASS' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}")
-
-
-def rel(a, b):
-    a, b = a.double(), b.double()
-    return float((a - b).norm() / b.norm().clamp_min(1e-300))
 
 
 def check_adamw_vs_torch():
@@ -248,9 +238,7 @@ def main():
             fn()
         except Exception as e:  # a crash is a failure, not a pass
             check(fn.__name__, False, f"{type(e).__name__}: {e}")
-    npass = sum(RESULTS)
-    print(f"{npass} passed, {len(RESULTS) - npass} failed")
-    sys.exit(0 if npass == len(RESULTS) else 1)
+    finish()
 
 
 if __name__ == "__main__":
