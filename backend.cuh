@@ -28,14 +28,28 @@ static const char* const BACKEND_NAME = "CPU (fp32, OpenMP)";
 // ----------------------------------------------------------------------------------------------------
 // Backend state and memory. On the CPU, "device" memory is host memory and the copies are memcpy.
 
+#ifdef __CUDACC__
+// The batch's ids (inputs, then targets) go through pinned host memory so that their upload is
+// asynchronous. Two buffers, used in turn: the host fills one while the copy from the other may still be
+// queued behind the previous micro-batch's kernels; it waits only for the copy made two batches ago.
+struct BatchStaging {
+    int* host[2] = {nullptr, nullptr};  // pinned, `capacity` ints each
+    cudaEvent_t copied[2] = {nullptr, nullptr};  // recorded after each buffer's last copy
+    size_t capacity = 0;
+    int next = 0;                       // the buffer the next batch goes to
+};
+#endif
+
 struct Backend {
 #ifdef __CUDACC__
     cudaStream_t stream = 0;
     float* scratch = nullptr;        // partial sums of the deterministic reductions, attention's backward buffers
     size_t scratch_floats = 0;
     EmbeddingBuckets buckets;        // positions per token id of the current batch (embedding backward)
+    BatchStaging staging;            // pinned double buffer of the batch's token ids
 #endif
     bool xsa_fused = true;           // CUDA: XSA in attention's epilogue (else its own kernels); CPU: always separate
+    bool graphs = true;              // CUDA: replay the training micro-step as a CUDA graph; CPU: no effect
 };
 static Backend g_backend;
 
@@ -122,6 +136,37 @@ static inline void backend_upload(void* dst, const void* host_src, size_t bytes)
 #endif
 }
 
+// A batch's token ids, host -> backend: inputs (n) to idx and, if targets is not null, targets (n) to
+// d_targets. On CUDA asynchronous through the pinned double buffer: returns before the copy is done, and
+// the host arrays may be reused at once.
+static inline void backend_upload_batch(int* d_idx, int* d_targets, const int* idx, const int* targets, size_t n) {
+#ifdef __CUDACC__
+    BatchStaging& st = g_backend.staging;
+    if (2 * n > st.capacity) {  // grow both buffers once their copies are done
+        for (int k = 0; k < 2; k++) {
+            if (st.copied[k] == nullptr) cudaCheck(cudaEventCreateWithFlags(&st.copied[k], cudaEventDisableTiming));
+            cudaCheck(cudaEventSynchronize(st.copied[k]));
+            if (st.host[k]) cudaCheck(cudaFreeHost(st.host[k]));
+            cudaCheck(cudaMallocHost(&st.host[k], 2 * n * sizeof(int)));
+        }
+        st.capacity = 2 * n;
+    }
+    const int k = st.next;
+    st.next ^= 1;
+    cudaCheck(cudaEventSynchronize(st.copied[k]));  // the copy out of this buffer two batches ago
+    memcpy(st.host[k], idx, n * sizeof(int));
+    cudaCheck(cudaMemcpyAsync(d_idx, st.host[k], n * sizeof(int), cudaMemcpyHostToDevice, g_backend.stream));
+    if (targets) {
+        memcpy(st.host[k] + n, targets, n * sizeof(int));
+        cudaCheck(cudaMemcpyAsync(d_targets, st.host[k] + n, n * sizeof(int), cudaMemcpyHostToDevice, g_backend.stream));
+    }
+    cudaCheck(cudaEventRecord(st.copied[k], g_backend.stream));
+#else
+    memcpy(d_idx, idx, n * sizeof(int));
+    if (targets) memcpy(d_targets, targets, n * sizeof(int));
+#endif
+}
+
 // backend -> host, complete when this returns
 static inline void backend_download(void* host_dst, const void* src, size_t bytes) {
 #ifdef __CUDACC__
@@ -129,6 +174,57 @@ static inline void backend_download(void* host_dst, const void* src, size_t byte
     cudaCheck(cudaStreamSynchronize(g_backend.stream));
 #else
     memcpy(host_dst, src, bytes);
+#endif
+}
+
+// Work replayed as a CUDA graph (on the CPU, and with g_backend.graphs off, it just runs). The key lists
+// everything the captured launches bake in -- buffer addresses, shapes, scalar arguments. With a new key
+// the work first runs eagerly once, so that one-time set-up (the attention kernels' shared-memory opt-in,
+// cuBLASLt's algorithm search, lazily sized scratch) happens outside any capture; the next run with the
+// same key is captured, and every later one replays the graph: one launch instead of hundreds.
+struct BackendGraph {
+    std::vector<uintptr_t> key;
+    int runs = 0;                      // runs with this key so far
+#ifdef __CUDACC__
+    cudaGraphExec_t exec = nullptr;
+#endif
+};
+
+static inline void backend_graph_reset(BackendGraph* g) {
+#ifdef __CUDACC__
+    if (g->exec) cudaCheck(cudaGraphExecDestroy(g->exec));
+#endif
+    *g = BackendGraph();
+}
+
+// `work` enqueues on g_backend.stream and must not synchronise, allocate or read device memory on the host.
+template <typename Work>
+static inline void backend_graph_run(BackendGraph* g, const std::vector<uintptr_t>& key, Work work) {
+#ifdef __CUDACC__
+    if (!g_backend.graphs) {
+        work();
+        return;
+    }
+    if (key != g->key) {
+        backend_graph_reset(g);
+        g->key = key;
+    }
+    if (g->runs++ == 0) {
+        work();
+        return;
+    }
+    if (g->exec == nullptr) {
+        cudaGraph_t graph = nullptr;
+        cudaCheck(cudaStreamBeginCapture(g_backend.stream, cudaStreamCaptureModeGlobal));
+        work();
+        cudaCheck(cudaStreamEndCapture(g_backend.stream, &graph));
+        cudaCheck(cudaGraphInstantiate(&g->exec, graph, 0));
+        cudaCheck(cudaGraphDestroy(graph));
+    }
+    cudaCheck(cudaGraphLaunch(g->exec, g_backend.stream));
+#else
+    (void)g, (void)key;
+    work();
 #endif
 }
 
@@ -242,6 +338,9 @@ static inline void softcap_crossentropy_forward(float* losses, floatX* logits, c
 static inline void softcap_crossentropy_backward(floatX* logits, const int* targets, size_t N, int V, float cap, float grad_scale) {
     CUDA_OR_CPU(softcap_crossentropy_backward_cuda(logits, targets, N, V, cap, grad_scale, g_backend.stream),
                 softcap_crossentropy_backward_cpu(logits, targets, N, V, cap, grad_scale));
+}
+static inline void loss_sum_accumulate(float* out, float factor, const float* losses, size_t n) {
+    CUDA_OR_CPU(loss_sum_accumulate_cuda(out, factor, losses, n, g_backend.stream), loss_sum_accumulate_cpu(out, factor, losses, n));
 }
 static inline void softcap(floatX* logits, size_t n, float cap) {
     CUDA_OR_CPU(softcap_cuda(logits, n, cap, g_backend.stream), softcap_cpu(logits, n, cap));

@@ -29,6 +29,14 @@ static inline void softcap_cpu(float* logits, size_t n, float cap) {
     for (long i = 0; i < (long)n; i++) logits[i] = cap * tanhf(logits[i] / cap);
 }
 
+// out[0] += factor * sum(losses[0 .. n)): the training loss of a micro-batch, added up where the losses
+// are (factor = 1 / (n * accumulation steps) gives the step's mean loss), so the loop reads one number per step.
+static inline void loss_sum_accumulate_cpu(float* out, float factor, const float* losses, size_t n) {
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) sum += losses[i];
+    out[0] += (float)(factor * sum);
+}
+
 // logits (N, V) in place: capped logits -> dL/d(raw logits) for L = grad_scale * sum_n losses[n]
 // (grad_scale = 1 / (B*T) for the mean loss): (softmax - onehot) * grad_scale * (1 - (capped / cap)^2).
 static inline void softcap_crossentropy_backward_cpu(float* logits, const int* targets, size_t N, int V, float cap, float grad_scale) {
@@ -194,6 +202,16 @@ __global__ void softcap_kernel(floatX* logits, size_t n, float cap, bool vec) {
     }
 }
 
+// out[0] += factor * sum(losses[0 .. n)); one block of LOSS_THREADS: each thread sums a fixed strided
+// subset in order, then block_sum's fixed tree. A micro-batch has at most a few hundred thousand losses.
+__global__ void __launch_bounds__(LOSS_THREADS) loss_sum_accumulate_kernel(float* out, float factor, const float* losses, size_t n) {
+    __shared__ float shared[32];
+    float v = 0.0f;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) v += losses[i];
+    v = block_sum(v, shared);
+    if (threadIdx.x == 0) out[0] += factor * v;
+}
+
 // losses (N) fp32; logits (N, V) bf16, raw -> capped in place; targets (N) in [0, V)
 static inline void softcap_crossentropy_forward_cuda(float* losses, floatX* logits, const int* targets, size_t N, int V,
                                                      float cap, cudaStream_t stream) {
@@ -217,6 +235,11 @@ static inline void softcap_cuda(floatX* logits, size_t n, float cap, cudaStream_
     if (n == 0) return;
     const int threads = 256;
     softcap_kernel<<<ceil_div((long)ceil_div((long)n, 8), threads), threads, 0, stream>>>(logits, n, cap, (uintptr_t)logits % 16 == 0);
+    cudaCheckLaunch();
+}
+// out[0] += factor * sum(losses[0 .. n)), deterministic (see the kernel)
+static inline void loss_sum_accumulate_cuda(float* out, float factor, const float* losses, size_t n, cudaStream_t stream) {
+    loss_sum_accumulate_kernel<<<1, LOSS_THREADS, 0, stream>>>(out, factor, losses, n);
     cudaCheckLaunch();
 }
 #endif  // __CUDACC__

@@ -390,8 +390,9 @@ struct GPT {
     float* rope_cos = nullptr;     // (T, D/2) backend memory
     float* rope_sin = nullptr;
     int rope_T = 0;
-    std::vector<float> losses_host;  // per-token losses of the last forward, for the mean
-    float mean_loss = 0.0f;
+    std::vector<float> losses_host;  // per-token losses of the last gpt_forward, for the mean
+    float* step_loss = nullptr;      // (1) backend memory: the training step's mean loss, summed by the micro-steps
+    BackendGraph micro_step_graph;   // the training micro-step (forward, loss, backward) as a CUDA graph
 };
 
 static void gpt_build(GPT* model, const GPTConfig& config) {
@@ -404,6 +405,7 @@ static void gpt_build(GPT* model, const GPTConfig& config) {
     model->grads = (float*)backend_malloc(bytes, "gradients");
     backend_zero(model->params, bytes);
     backend_zero(model->grads, bytes);
+    model->step_loss = (float*)backend_malloc(sizeof(float), "loss");
 #ifdef __CUDACC__
     model->params_mm = (floatX*)backend_malloc(model->num_params * sizeof(floatX), "bf16 weights");
     model->params_host = (float*)calloc(model->num_params, sizeof(float));
@@ -425,6 +427,8 @@ static void gpt_free(GPT* model) {
     backend_free(model->act_memory);
     backend_free(model->rope_cos);
     backend_free(model->rope_sin);
+    backend_free(model->step_loss);
+    backend_graph_reset(&model->micro_step_graph);
 #ifdef __CUDACC__
     backend_free(model->params_mm);
     free(model->params_host);
@@ -556,25 +560,33 @@ static void gpt_ensure_acts(GPT* model, int B, int T) {
     }
 }
 
-// Runs the model on idx (B, T); with targets, also the loss (returned, and kept in model->mean_loss).
-// Leaves every activation the backward needs, and the softcapped logits in acts.logits (B*T, V).
-static float gpt_forward(GPT* model, const int* idx, const int* targets, int B, int T) {
-    const GPTConfig& c = model->config;
-    gpt_ensure_acts(model, B, T);
-    Acts& a = model->acts;
-    const Weights& w = model->w;
+// Makes idx (B, T) and targets (B, T; null for inference) the batch of the next forward: checks the ids,
+// lays the activations out, uploads the ids (asynchronously on CUDA) and prepares the embedding backward.
+static void gpt_set_batch(GPT* model, const int* idx, const int* targets, int B, int T) {
+    const int V = model->config.vocab_size;
     const size_t N = (size_t)B * T;
-    const int C = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim, V = c.vocab_size;
-    const int qd = H * D, kvd = Hkv * D;
-    auto mm = [&](const float* master) { return model->params_mm + (master - model->params); };  // a weight's matmul copy
     for (size_t n = 0; n < N; n++) {
         if (idx[n] < 0 || idx[n] >= V) fail("input token id %d at position %zu is outside the vocabulary [0, %d)", idx[n], n, V);
         if (targets && (targets[n] < 0 || targets[n] >= V))
             fail("target token id %d at position %zu is outside the vocabulary [0, %d)", targets[n], n, V);
     }
-    backend_upload(a.idx, idx, N * sizeof(int));
-    if (targets) backend_upload(a.targets, targets, N * sizeof(int));
+    gpt_ensure_acts(model, B, T);
+    backend_upload_batch(model->acts.idx, model->acts.targets, idx, targets, N);
     embedding_prepare_backward(idx, N);
+}
+
+// The forward of the batch set last, enqueued on the backend (no host work: a CUDA graph can hold it).
+// Leaves every activation the backward needs; with targets, the per-token losses in acts.losses and the
+// softcapped logits in acts.logits (B*T, V); without, the softcapped logits.
+static void gpt_forward_pass(GPT* model, bool with_targets) {
+    const GPTConfig& c = model->config;
+    Acts& a = model->acts;
+    const Weights& w = model->w;
+    const int B = model->B, T = model->T;
+    const size_t N = (size_t)B * T;
+    const int C = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim, V = c.vocab_size;
+    const int qd = H * D, kvd = Hkv * D;
+    auto mm = [&](const float* master) { return model->params_mm + (master - model->params); };  // a weight's matmul copy
 
     // embedding, norm, smear
     embedding_forward(a.emb_norm, a.idx, w.wte, N, C);
@@ -613,17 +625,21 @@ static float gpt_forward(GPT* model, const int* idx, const int* targets, int B, 
     scaled_add(a.x_backout, w.backout_lambda, -1.0f, a.layer[c.n_layer / 2].x_out, N * C);
     rmsnorm_forward(a.x_final, a.rstd_f, a.x_backout, N, C, 1.0f);
     matmul_forward(a.logits, a.x_final, mm(w.lm_head), N, C, V);
-    if (!targets) {
-        softcap(a.logits, N * V, SOFTCAP);
-        model->mean_loss = NAN;
-        return NAN;
-    }
-    softcap_crossentropy_forward(a.losses, a.logits, a.targets, N, V, SOFTCAP);
-    backend_download(model->losses_host.data(), a.losses, N * sizeof(float));
+    if (with_targets) softcap_crossentropy_forward(a.losses, a.logits, a.targets, N, V, SOFTCAP);
+    else softcap(a.logits, N * V, SOFTCAP);
+}
+
+// Runs the model on idx (B, T): gpt_set_batch, then gpt_forward_pass. With targets, returns the mean loss
+// and leaves the per-token losses in model->losses_host (a synchronisation on CUDA); else NAN.
+static float gpt_forward(GPT* model, const int* idx, const int* targets, int B, int T) {
+    gpt_set_batch(model, idx, targets, B, T);
+    gpt_forward_pass(model, targets != nullptr);
+    if (!targets) return NAN;
+    const size_t N = (size_t)B * T;
+    backend_download(model->losses_host.data(), model->acts.losses, N * sizeof(float));
     double sum = 0.0;
     for (size_t n = 0; n < N; n++) sum += model->losses_host[n];
-    model->mean_loss = (float)(sum / (double)N);
-    return model->mean_loss;
+    return (float)(sum / (double)N);
 }
 
 // Accumulates into model->grads the gradient of grad_scale * (mean loss of the last forward). Use
@@ -1062,18 +1078,46 @@ static std::vector<int> generate_greedy(GPT* model, const std::vector<int>& prom
     return tokens;
 }
 
+// One micro-step of training on idx/targets (B, T): forward, the loss added into model->step_loss as
+// grad_scale * mean, and the backward accumulating grad_scale * the mean loss's gradient into model->grads.
+// Nothing waits for the device: on CUDA the host goes on to the next batch while this one runs, replayed
+// as one CUDA graph after its first run (backend_graph_run).
+static void gpt_train_micro_step(GPT* model, const int* idx, const int* targets, int B, int T, float grad_scale) {
+    gpt_set_batch(model, idx, targets, B, T);
+    const Acts& a = model->acts;
+    const size_t N = (size_t)B * T;
+    // what the launches bake in: the batch shape and scale, and every buffer whose address can change
+    // (activations, scratch and rotary tables are regrown by other batch shapes, as the buckets by other sizes)
+    std::vector<uintptr_t> key = {(uintptr_t)model->act_memory, (uintptr_t)B, (uintptr_t)T, (uintptr_t)model->rope_cos,
+                                  (uintptr_t)model->rope_sin, (uintptr_t)g_backend.xsa_fused};
+    uint32_t scale_bits;
+    memcpy(&scale_bits, &grad_scale, sizeof scale_bits);
+    key.push_back(scale_bits);
+#ifdef __CUDACC__
+    for (const void* p : {(const void*)g_backend.scratch, (const void*)g_backend.buckets.d_buf, (const void*)g_backend.buckets.d_scratch})
+        key.push_back((uintptr_t)p);
+#endif
+    backend_graph_run(&model->micro_step_graph, key, [&] {
+        gpt_forward_pass(model, true);
+        loss_sum_accumulate(model->step_loss, grad_scale / (float)N, a.losses, N);
+        gpt_backward(model, grad_scale);
+    });
+}
+
 // One optimizer step: the gradient of the mean loss over `accum` micro-batches, then the update.
-// Returns the mean training loss of the micro-batches (before the update).
+// Returns the mean training loss of the micro-batches (before the update); reading it is the step's only
+// wait for the device.
 static double train_step(GPT* model, Optimizer* opt, DataLoader* train, int accum) {
     gpt_zero_grad(model);
-    double loss = 0.0;
+    backend_zero(model->step_loss, sizeof(float));
     for (int micro = 0; micro < accum; micro++) {
         dataloader_next_batch(train);
-        loss += gpt_forward(model, train->inputs.data(), train->targets.data(), train->B, train->T) / accum;
-        gpt_backward(model, 1.0f / accum);
+        gpt_train_micro_step(model, train->inputs.data(), train->targets.data(), train->B, train->T, 1.0f / accum);
     }
-    if (!std::isfinite(loss)) fail("the loss is %f at step %d; stopping (the last checkpoint, if any, is intact)", loss, opt->step);
     optimizer_step(opt, model);
+    float loss = 0.0f;
+    backend_download(&loss, model->step_loss, sizeof(float));
+    if (!std::isfinite(loss)) fail("the loss is %f at step %d; stopping (the last checkpoint, if any, is intact)", loss, opt->step - 1);
     return loss;
 }
 
@@ -1235,6 +1279,7 @@ static void print_usage() {
         "  -x, --xsa ALPHA        XSA strength in [0, 1] (default 0 = standard attention)\n"
         "  --xsa-layers SPEC      all | none | comma list of L, A-B, last:K (default all)\n"
         "  --xsa-fused 0|1        CUDA: XSA inside attention's kernels (default 1) or as its own kernels\n"
+        "  --cuda-graphs 0|1      CUDA: replay each training micro-step as a CUDA graph (default 1)\n"
         "Optimizer (nanochat's MuonAdamW; lrs are the d12 values, scaled by the batch and width rules)\n"
         "  --optimizer muon|adamw Muon for block matrices + AdamW for the rest (default), or AdamW for all\n"
         "  --muon-eq 0|1          MuonEq row equilibration (default 1; 0 with --muon-plus 0 = the March-June\n"
@@ -1291,6 +1336,7 @@ struct Args {
     int sample_every = 2000;
     int save_every = -1;
     bool xsa_fused = true;
+    bool cuda_graphs = true;
     int core_every = 2000;
     int core_max_per_task = 500;
     std::string core_dir = "dev/data/core_tasks";
@@ -1326,6 +1372,7 @@ static Args parse_args(int argc, char** argv) {
         else if (flag == "-x" || flag == "--xsa") alpha = parse_float(f, value);
         else if (flag == "--xsa-layers") xsa_layers = value;
         else if (flag == "--xsa-fused") args.xsa_fused = parse_bool(f, value);
+        else if (flag == "--cuda-graphs") args.cuda_graphs = parse_bool(f, value);
         else if (flag == "--optimizer") o.optimizer = value;
         else if (flag == "--muon-eq") o.muon_eq = parse_bool(f, value);
         else if (flag == "--muon-plus") o.muon_plus = parse_bool(f, value);
@@ -1510,6 +1557,7 @@ int main(int argc, char** argv) {
     Args args = parse_args(argc, argv);
     backend_init();
     g_backend.xsa_fused = args.xsa_fused;
+    g_backend.graphs = args.cuda_graphs;
     Tokenizer tok;
     tokenizer_load(&tok, args.tokenizer_path);
     GPTConfig& c = args.config;

@@ -3,10 +3,11 @@ bench_fwdbwd.cu: tokens/s of one training step on random tokens, for either back
 built with g++ or nvcc). The CPU build feeds dev/bench/cpu_vs_torch.sh (PyTorch: bench_torch.py with the
 same model); the CUDA build feeds dev/gpu_check.sh.
   make dev/bench/bench_fwdbwd        (CPU)      make dev/bench/bench_fwdbwd_cuda    (CUDA)
-usage: bench_fwdbwd LAYERS DIM HEADS KV_HEADS HEAD_DIM SEQ_LEN VOCAB BATCH WINDOW_PATTERN SHORT_WINDOW XSA_ALPHA ITERS [XSA_FUSED]
-Prints the forward+backward rate ("ours tok/s ... ms/iter ...", median over ITERS after one warm-up),
-then the optimizer step, the whole step's rate and MFU (nanochat FLOPs, where the GPU's peak is known),
-and the memory in use.
+usage: bench_fwdbwd LAYERS DIM HEADS KV_HEADS HEAD_DIM SEQ_LEN VOCAB BATCH WINDOW_PATTERN SHORT_WINDOW XSA_ALPHA ITERS [XSA_FUSED [GRAPHS]]
+The forward+backward is the trainer's own micro-step (gpt_train_micro_step: a CUDA graph after the first
+two runs unless GRAPHS is 0). Prints its rate ("ours tok/s ... ms/iter ...", median over ITERS after two
+warm-up iterations), then the optimizer step, the whole step's rate and MFU (nanochat FLOPs, where the
+GPU's peak is known), and the memory in use.
 */
 #define TRAIN_GPT_NO_MAIN  // use train_gpt.cu as a library: everything but main()
 #include "../../train_gpt.cu"
@@ -23,8 +24,9 @@ static void synchronize() {
 }
 
 int main(int argc, char** argv) {
-    if (argc != 13 && argc != 14)
-        fail("usage: %s LAYERS DIM HEADS KV_HEADS HEAD_DIM SEQ_LEN VOCAB BATCH WINDOW_PATTERN SHORT_WINDOW XSA_ALPHA ITERS [XSA_FUSED]", argv[0]);
+    if (argc < 13 || argc > 15)
+        fail("usage: %s LAYERS DIM HEADS KV_HEADS HEAD_DIM SEQ_LEN VOCAB BATCH WINDOW_PATTERN SHORT_WINDOW XSA_ALPHA ITERS [XSA_FUSED [GRAPHS]]",
+             argv[0]);
     backend_init();
     GPTConfig c;
     c.n_layer = (int)parse_int("LAYERS", argv[1]);
@@ -41,31 +43,31 @@ int main(int argc, char** argv) {
     c.xsa_alpha = parse_float("XSA_ALPHA", argv[11]);
     c.xsa_layer.assign(c.n_layer, c.xsa_alpha > 0.0f);
     const int iters = (int)parse_int("ITERS", argv[12]);
-    if (argc == 14) g_backend.xsa_fused = parse_bool("XSA_FUSED", argv[13]);
+    if (argc >= 14) g_backend.xsa_fused = parse_bool("XSA_FUSED", argv[13]);
+    if (argc == 15) g_backend.graphs = parse_bool("GRAPHS", argv[14]);
     if (B < 1 || iters < 1) fail("BATCH and ITERS must be >= 1");
     GPT model;
     gpt_build(&model, c);
     gpt_init_weights(&model, 42);
     OptimArgs optim_args;
     optim_args.total_batch = (long)B * c.seq_len;
-    optim_args.num_iterations = iters + 1;
+    optim_args.num_iterations = iters + 2;
     Optimizer opt;
     optimizer_init(&opt, &model, plan_training(c, optim_args).optim);
     Rng rng{43};
     std::vector<int> tokens((size_t)B * c.seq_len + 1);
     for (int& t : tokens) t = (int)(rng_next_u64(&rng) % (uint64_t)c.vocab_size);
     std::vector<double> fwdbwd_ms, update_ms;
-    for (int it = 0; it <= iters; it++) {
+    for (int it = 0; it < iters + 2; it++) {
         double t0 = wall_ms();
         gpt_zero_grad(&model);
-        gpt_forward(&model, tokens.data(), tokens.data() + 1, B, c.seq_len);  // ends with the loss on the host: synchronised
-        gpt_backward(&model, 1.0f);
+        gpt_train_micro_step(&model, tokens.data(), tokens.data() + 1, B, c.seq_len, 1.0f);
         synchronize();
         double t1 = wall_ms();
         optimizer_step(&opt, &model);
         synchronize();
         double t2 = wall_ms();
-        if (it > 0) {  // the first pass pays for page faults, allocations and cuBLASLt's algorithm search
+        if (it > 1) {  // the first passes pay for allocations, cuBLASLt's algorithm search and the graph capture
             fwdbwd_ms.push_back(t1 - t0);
             update_ms.push_back(t2 - t1);
         }
