@@ -89,6 +89,42 @@ static GPTConfig tiny_config(int V, int L, int C, int H, int D, int T, int windo
     return c;
 }
 
+// Runs a trainer binary (./train_gpt_cpu, ./train_gpt_cuda) with `args`; returns its exit code and what it
+// printed (stderr only if !want_stdout).
+static int run_trainer(const char* binary, const std::string& args, std::string* out, bool want_stdout) {
+    std::string cmd = std::string(binary) + " " + args + (want_stdout ? " 2>&1" : " 2>&1 >/dev/null");
+    FILE* p = popen(cmd.c_str(), "r");
+    out->clear();
+    char buf[512];
+    while (p && fgets(buf, sizeof buf, p)) *out += buf;
+    int status = p ? pclose(p) : -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static std::string read_file(const std::string& path) {
+    FILE* f = fopen(path.c_str(), "rb");
+    if (!f) return "";
+    std::string s;
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+    fclose(f);
+    return s;
+}
+
+// the raw losses of metrics.jsonl's train lines, by step
+static std::map<int, std::string> train_losses(const std::string& metrics) {
+    std::map<int, std::string> out;
+    for (size_t pos = 0; (pos = metrics.find("\"kind\": \"train\"", pos)) != std::string::npos; pos++) {
+        size_t line = metrics.rfind('\n', pos);
+        line = line == std::string::npos ? 0 : line + 1;
+        int step = atoi(metrics.c_str() + metrics.find("\"step\": ", line) + 8);
+        size_t l = metrics.find("\"loss\": ", pos) + 8;
+        out[step] = metrics.substr(l, metrics.find(',', l) - l);
+    }
+    return out;
+}
+
 #ifndef __CUDACC__  // the CPU backend's suite; the CUDA build's is at the end of the file
 
 // ----------------------------------------------------------------------------------------------------
@@ -745,15 +781,9 @@ static void test_resume_bit_identical(bool adamw_only) {
 // 14. The command line: presets, bad flags and bad data files (one message, exit code 1), and the main
 // job end to end on the embedded data: metrics.jsonl, checkpoints, resume (bit-identical weights)
 
-// Runs train_gpt with `args`; returns its exit code and what it printed (stderr only if !want_stdout).
+
 static int run_train_gpt(const std::string& args, std::string* out, bool want_stdout) {
-    std::string cmd = "./train_gpt_cpu " + args + (want_stdout ? " 2>&1" : " 2>&1 >/dev/null");
-    FILE* p = popen(cmd.c_str(), "r");
-    out->clear();
-    char buf[512];
-    while (p && fgets(buf, sizeof buf, p)) *out += buf;
-    int status = p ? pclose(p) : -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return run_trainer("./train_gpt_cpu", args, out, want_stdout);
 }
 
 static void test_cli_rejects(const std::string& args, const char* expect) {
@@ -775,16 +805,6 @@ static void test_cli_preset(const char* args, const char* expect) {
 
 static const char* TINY = "-d 1 --dim 32 --heads 2 -t 32 -b 2 -B 128 --warmup-steps 2 --eval-every 3 --eval-tokens 256 --sample-every -1";
 
-static std::string read_file(const std::string& path) {
-    FILE* f = fopen(path.c_str(), "rb");
-    if (!f) return "";
-    std::string s;
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-    fclose(f);
-    return s;
-}
 
 static void write_file(const std::string& path, const std::string& bytes) {
     FILE* f = fopen_or_fail(path.c_str(), "wb");
@@ -792,18 +812,6 @@ static void write_file(const std::string& path, const std::string& bytes) {
     fclose(f);
 }
 
-// the raw losses of metrics.jsonl's train lines, by step
-static std::map<int, std::string> train_losses(const std::string& metrics) {
-    std::map<int, std::string> out;
-    for (size_t pos = 0; (pos = metrics.find("\"kind\": \"train\"", pos)) != std::string::npos; pos++) {
-        size_t line = metrics.rfind('\n', pos);
-        line = line == std::string::npos ? 0 : line + 1;
-        int step = atoi(metrics.c_str() + metrics.find("\"step\": ", line) + 8);
-        size_t l = metrics.find("\"loss\": ", pos) + 8;
-        out[step] = metrics.substr(l, metrics.find(',', l) - l);
-    }
-    return out;
-}
 
 static int count_of(const std::string& s, const char* what) {
     int n = 0;
@@ -1225,15 +1233,121 @@ static void cuda_test_fused_matches_unfused(const std::string& path) {
           loss_err, grad_err);
 }
 
+// Training through gpt_train_micro_step with CUDA graphs (eager first run, capture, replays) gives the
+// same bits as without graphs: 3 optimizer steps of 2 micro-batches each, every micro-batch different, so
+// a graph reading a stale batch, buffer or scalar shows.
+static void cuda_test_graph_replay(const std::string& path) {
+    SafetensorsFile ref = safetensors_read(path);
+    GPTConfig c = config_from_metadata(ref);
+    const int B = std::stoi(ref.meta("batch")), T = c.seq_len, STEPS = 3, ACCUM = 2;
+    const size_t N = (size_t)B * T;
+    Rng rng{7};
+    std::vector<int> tokens(STEPS * ACCUM * N + 1);
+    for (int& t : tokens) t = (int)(rng_next_u64(&rng) % (uint64_t)c.vocab_size);
+    std::vector<float> losses[2], params[2];
+    for (int graphs = 0; graphs < 2; graphs++) {
+        g_backend.graphs = graphs == 1;
+        GPT model;
+        gpt_build(&model, c);
+        gpt_load_weights(&model, ref);
+        OptimArgs optim_args;
+        optim_args.total_batch = (long)ACCUM * N;
+        optim_args.num_iterations = STEPS;
+        Optimizer opt;
+        optimizer_init(&opt, &model, plan_training(c, optim_args).optim);
+        for (int step = 0; step < STEPS; step++) {
+            gpt_zero_grad(&model);
+            backend_zero(model.step_loss, sizeof(float));
+            for (int micro = 0; micro < ACCUM; micro++) {
+                const int* batch = tokens.data() + (step * ACCUM + micro) * N;
+                gpt_train_micro_step(&model, batch, batch + 1, B, T, 1.0f / ACCUM);
+            }
+            optimizer_step(&opt, &model);
+            float loss = 0.0f;
+            backend_download(&loss, model.step_loss, sizeof(float));
+            losses[graphs].push_back(loss);
+        }
+        gpt_params_to_host(&model);
+        params[graphs].assign(model.params_host, model.params_host + model.num_params);
+        optimizer_free(&opt);
+        gpt_free(&model);
+    }
+    g_backend.graphs = true;
+    check(losses[0] == losses[1] && params[0] == params[1],
+          "CUDA %s: 3 steps x 2 micro-batches with CUDA graphs (capture, replays) are bit-identical to eager launches (losses %.6f %.6f %.6f)",
+          path.c_str(), losses[1][0], losses[1][1], losses[1][2]);
+}
+
+// the values of `key` in metrics.jsonl's lines of `kind`, in order
+static std::vector<double> metric_values(const std::string& metrics, const char* kind, const char* key) {
+    std::vector<double> out;
+    const std::string kind_field = std::string("\"kind\": \"") + kind + "\"", key_field = std::string("\"") + key + "\": ";
+    for (size_t pos = 0; (pos = metrics.find(kind_field, pos)) != std::string::npos; pos++) {
+        size_t v = metrics.find(key_field, pos);
+        if (v != std::string::npos) out.push_back(atof(metrics.c_str() + v + key_field.size()));
+    }
+    return out;
+}
+
+// The CUDA trainer against the CPU trainer (fp32, itself checked against PyTorch) on the same command:
+// the same initial weights, batches and optimizer, end to end (data, graphs, Muon and AdamW on the GPU).
+// bf16 activations let the two drift apart a little: losses and val bpb within 2e-2 relative, the change
+// of the weights (final - initial) within 1e-1 relative L2 over the whole model.
+static void cuda_test_against_cpu_trainer() {
+    const std::string flags = "-d 2 --dim 128 --heads 2 -t 128 -b 4 -B 1024 -n 8 --warmup-steps 2 --eval-every 8 --eval-tokens 4096 "
+                              "--sample-every -1 --core-every -1 -x 1";
+    const char* binaries[2] = {"./train_gpt_cpu", "./train_gpt_cuda"};
+    std::string metrics[2];
+    int codes[2];
+    for (int i = 0; i < 2; i++) {
+        const std::string dir = std::string("/tmp/xsa_twin_") + (i ? "cuda" : "cpu");
+        system(("rm -rf " + dir).c_str());
+        std::string out;
+        codes[i] = run_trainer(binaries[i], flags + " -o " + dir + " --export-safetensors " + dir + "/final.safetensors", &out, true);
+        if (codes[i] != 0) printf("     %s exited %d:\n%s\n", binaries[i], codes[i], out.c_str());
+        metrics[i] = read_file(dir + "/metrics.jsonl");
+    }
+    std::vector<double> loss_cpu = metric_values(metrics[0], "train", "loss"), loss_cuda = metric_values(metrics[1], "train", "loss");
+    std::vector<double> bpb_cpu = metric_values(metrics[0], "eval", "val_bpb"), bpb_cuda = metric_values(metrics[1], "eval", "val_bpb");
+    bool complete = codes[0] == 0 && codes[1] == 0 && loss_cpu.size() == 8 && loss_cuda.size() == 8 && bpb_cpu.size() == 2 && bpb_cuda.size() == 2;
+    double loss_err = 0.0, bpb_err = 0.0, update_err = INFINITY;
+    if (complete) {
+        for (size_t i = 0; i < loss_cpu.size(); i++) loss_err = std::max(loss_err, fabs(loss_cuda[i] - loss_cpu[i]) / loss_cpu[i]);
+        for (size_t i = 0; i < bpb_cpu.size(); i++) bpb_err = std::max(bpb_err, fabs(bpb_cuda[i] - bpb_cpu[i]) / bpb_cpu[i]);
+        SafetensorsFile final_cpu = safetensors_read("/tmp/xsa_twin_cpu/final.safetensors");
+        SafetensorsFile final_cuda = safetensors_read("/tmp/xsa_twin_cuda/final.safetensors");
+        GPT init;  // the initial weights both trainers drew (on the host, from the default seed)
+        gpt_build(&init, config_from_metadata(final_cpu));
+        gpt_init_weights(&init, 42);
+        std::vector<double> du_cpu, du_cuda;
+        for (const ParamTensor& t : init.table) {
+            const float* a = final_cpu.get_f32(t.name, t.numel);
+            const float* b = final_cuda.get_f32(t.name, t.numel);
+            for (size_t j = 0; j < t.numel; j++) {
+                du_cpu.push_back((double)a[j] - init.params_host[t.offset + j]);
+                du_cuda.push_back((double)b[j] - init.params_host[t.offset + j]);
+            }
+        }
+        update_err = rel_l2(du_cuda.data(), du_cpu.data(), du_cpu.size());
+        gpt_free(&init);
+    }
+    check(complete && loss_err <= 2e-2 && bpb_err <= 2e-2 && update_err <= 1e-1,
+          "CUDA trainer vs CPU trainer, 8 steps on the embedded data (%s): losses rel %.1e, val bpb rel %.1e (<= 2e-2), weight change rel L2 %.1e (<= 1e-1)",
+          complete ? "both ran" : "INCOMPLETE", loss_err, bpb_err, update_err);
+    system("rm -rf /tmp/xsa_twin_cpu /tmp/xsa_twin_cuda");
+}
+
 int main() {
     setvbuf(stdout, nullptr, _IOLBF, 0);
     backend_init();
     std::vector<std::string> files = reference_files();
     check((int)files.size() >= MIN_REFERENCE_FILES, "found %zu reference files in %s", files.size(), REFERENCE_DIR);
+    cuda_test_against_cpu_trainer();
     for (const std::string& f : files) cuda_test_against_reference(f);
     for (const std::string& f : files) cuda_test_identities(f);
     for (const std::string& f : files)
         if (f.find("xsa") != std::string::npos) cuda_test_fused_matches_unfused(f);
+    for (const std::string& f : files) cuda_test_graph_replay(f);
     printf("%d passed, %d failed\n", g_passed, g_failed);
     return g_failed == 0 ? 0 : 1;
 }
