@@ -5,7 +5,8 @@
 #   3. the kernel harnesses: each CUDA op against its CPU twin on random inputs, with timings
 #   4. compute-sanitizer memcheck on a tiny training run
 #   5. benchmark d12 (768/12 heads) and d24 (1024/16 heads), T 2048: XSA off, alpha 1 fused and unfused
-# and prints a table last: tokens/s, MFU (nanochat FLOPs, 989 TFLOP/s peak), memory, XSA overhead.
+# and prints a table last: tokens/s, MFU (nanochat FLOPs, 989 TFLOP/s peak), memory, XSA overhead
+# (and d12 without CUDA graphs, to show what they save).
 # Logs go to $OUT (or /tmp/gpu_check). Without a GPU it builds what it can and says so.
 #   bash dev/gpu_check.sh            (ITERS=20 D12_BATCH=32 D24_BATCH=16 to change the benchmark)
 set -uo pipefail
@@ -52,7 +53,7 @@ else
 fi
 run train_tiny 120 ./train_gpt_cuda $TINY
 
-# benchmark: bench_fwdbwd_cuda LAYERS DIM HEADS KV HEAD_DIM T VOCAB BATCH PATTERN SHORT ALPHA ITERS FUSED
+# benchmark: bench_fwdbwd_cuda LAYERS DIM HEADS KV HEAD_DIM T VOCAB BATCH PATTERN SHORT ALPHA ITERS FUSED [GRAPHS]
 table=()
 bench() {  # name, then the arguments
     local name=$1
@@ -74,6 +75,7 @@ for d in 12 24; do
     bench "d${d}_xsa_fused" $shape 2048 32768 "$batch" SSSL 512 1 "$ITERS" 1
     bench "d${d}_xsa_unfused" $shape 2048 32768 "$batch" SSSL 512 1 "$ITERS" 0
 done
+bench "d12_base_no_graphs" 12 768 12 12 64 2048 32768 "$D12_BATCH" SSSL 512 0 "$ITERS" 1 0  # what the CUDA graph saves
 
 echo
 echo "checks (commit $commit, $gpu):"
@@ -86,7 +88,7 @@ for row in "${table[@]}"; do
     set -- $row
     case $1 in *_base) base=$2 ;; esac
     cost="-"
-    if [ "$2" != FAIL ] && [ -n "$base" ] && [ "$base" != FAIL ] && [[ $1 != *_base ]]; then
+    if [ "$2" != FAIL ] && [ -n "$base" ] && [ "$base" != FAIL ] && [[ $1 == *_xsa_* ]]; then
         cost=$(awk -v b="$base" -v x="$2" 'BEGIN { printf "%+.2f%%", 100 * (b / x - 1) }')
     fi
     printf '%-18s %12s %8s %10s %10s\n' "$1" "$2" "$3" "$4" "$cost"
