@@ -6,8 +6,10 @@ same model); the CUDA build feeds dev/gpu_check.sh.
 usage: bench_fwdbwd LAYERS DIM HEADS KV_HEADS HEAD_DIM SEQ_LEN VOCAB BATCH WINDOW_PATTERN SHORT_WINDOW XSA_ALPHA ITERS [XSA_FUSED [GRAPHS]]
 The forward+backward is the trainer's own micro-step (gpt_train_micro_step: a CUDA graph after the first
 two runs unless GRAPHS is 0). Prints its rate ("ours tok/s ... ms/iter ...", median over ITERS after two
-warm-up iterations), then the optimizer step, the whole step's rate and MFU (nanochat FLOPs, where the
-GPU's peak is known), and the memory in use.
+warm-up iterations), the forward alone, the optimizer step, and the rate and MFU (nanochat FLOPs, where
+the GPU's peak is known) of a whole training step as train_gpt runs it: the plan's total batch (nanochat's
+Power Lines rule, as train_gpt picks it) as micro-steps of BATCH x SEQ_LEN, then one optimizer step.
+Last, the memory in use.
 */
 #define TRAIN_GPT_NO_MAIN  // use train_gpt.cu as a library: everything but main()
 #include "../../train_gpt.cu"
@@ -50,14 +52,16 @@ int main(int argc, char** argv) {
     gpt_build(&model, c);
     gpt_init_weights(&model, 42);
     OptimArgs optim_args;
-    optim_args.total_batch = (long)B * c.seq_len;
     optim_args.num_iterations = iters + 2;
+    const TrainingPlan plan = plan_training(c, optim_args);
+    const long micro_tokens = (long)B * c.seq_len;
+    const long accum = std::max(1L, plan.total_batch / micro_tokens);  // train_gpt requires a multiple
     Optimizer opt;
-    optimizer_init(&opt, &model, plan_training(c, optim_args).optim);
+    optimizer_init(&opt, &model, plan.optim);
     Rng rng{43};
     std::vector<int> tokens((size_t)B * c.seq_len + 1);
     for (int& t : tokens) t = (int)(rng_next_u64(&rng) % (uint64_t)c.vocab_size);
-    std::vector<double> fwdbwd_ms, update_ms;
+    std::vector<double> fwdbwd_ms, fwd_ms, update_ms;
     for (int it = 0; it < iters + 2; it++) {
         double t0 = wall_ms();
         gpt_zero_grad(&model);
@@ -67,16 +71,23 @@ int main(int argc, char** argv) {
         optimizer_step(&opt, &model);
         synchronize();
         double t2 = wall_ms();
+        gpt_set_batch(&model, tokens.data(), tokens.data() + 1, B, c.seq_len);
+        gpt_forward_pass(&model, true);
+        synchronize();
+        double t3 = wall_ms();
         if (it > 1) {  // the first passes pay for allocations, cuBLASLt's algorithm search and the graph capture
             fwdbwd_ms.push_back(t1 - t0);
             update_ms.push_back(t2 - t1);
+            fwd_ms.push_back(t3 - t2);
         }
     }
-    const double tokens_per_step = (double)B * c.seq_len, fb = median(fwdbwd_ms), up = median(update_ms);
-    const double step_tok_s = tokens_per_step / ((fb + up) / 1000.0), peak = backend_peak_flops();
+    const double fb = median(fwdbwd_ms), up = median(update_ms), step_ms = accum * fb + up;
+    const double step_tok_s = (double)accum * micro_tokens / (step_ms / 1000.0), peak = backend_peak_flops();
     printf("params %zu, batch %d x %d\n", model.num_params, B, c.seq_len);
-    printf("ours tok/s %.1f ms/iter %.3f\n", tokens_per_step / (fb / 1000.0), fb);
+    printf("ours tok/s %.1f ms/iter %.3f\n", micro_tokens / (fb / 1000.0), fb);
+    printf("forward ms %.3f (of the micro-step's %.3f)\n", median(fwd_ms), fb);
     printf("optimizer step ms %.3f\n", up);
+    printf("training step: %ld micro-steps (total batch %ld) + optimizer = %.1f ms\n", accum, accum * micro_tokens, step_ms);
     printf("step tok/s %.1f", step_tok_s);
     if (peak > 0) printf(" MFU %.1f%%", 100.0 * step_tok_s * flops_per_token(c) / peak);
     printf("\n");
