@@ -115,6 +115,9 @@ static void validate_config(const GPTConfig& c) {
     if (c.n_head < 1 || c.n_kv_head < 1) fail("--heads and --kv-heads must be >= 1");
     if (c.n_head % c.n_kv_head != 0) fail("--heads %d is not a multiple of --kv-heads %d", c.n_head, c.n_kv_head);
     if (c.head_dim < 2 || c.head_dim % 2 != 0) fail("--head-dim must be even (rotary pairs channels), got %d", c.head_dim);
+#ifdef __CUDACC__
+    if (c.head_dim != 64 && c.head_dim != 128) fail("the CUDA backend's attention takes --head-dim 64 or 128, got %d", c.head_dim);
+#endif
     if (c.n_embd < SMEAR_CHANNELS) fail("--dim must be >= %d (the smear gate reads 24 channels), got %d", SMEAR_CHANNELS, c.n_embd);
     if (c.vocab_size < 2) fail("--vocab must be >= 2, got %d", c.vocab_size);
     if (c.seq_len < 1) fail("--seq-len must be >= 1, got %d", c.seq_len);

@@ -49,6 +49,14 @@ CONFIGS = [
     ("xsa_gqa_ve", dict(vocab_size=64, n_layer=3, n_head=4, n_kv_head=2, head_dim=8, n_embd=24, seq_len=20,
                         window_pattern="SSL", short_window=6, value_embeds=True, smear=True,
                         xsa_alpha=1.0, xsa_layers=[0, 1, 2]), 1011),
+    # the CUDA attention kernels take head_dim 64 or 128 only: these two are the CUDA suite's (and the CPU
+    # suite checks them too). T not a multiple of the kernels' 64-row tiles, windows cutting through tiles.
+    ("gpu_xsa_d64", dict(vocab_size=100, n_layer=3, n_head=2, n_kv_head=1, head_dim=64, n_embd=64, seq_len=80,
+                         window_pattern="SSL", short_window=32, value_embeds=True, smear=True,
+                         xsa_alpha=1.0, xsa_layers=[0, 2]), 1021),
+    ("gpu_xsa_d128", dict(vocab_size=100, n_layer=3, n_head=2, n_kv_head=2, head_dim=128, n_embd=64, seq_len=72,
+                          window_pattern="SL", short_window=40, value_embeds=False, smear=False,
+                          xsa_alpha=0.5, xsa_layers=[0, 1, 2]), 1025),
 ]
 
 
