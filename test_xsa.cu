@@ -1153,7 +1153,16 @@ int main() {
 // the GPU too. Each CUDA kernel is also compared
 // with its CPU twin on random inputs by the harnesses in dev/cuda/.
 
-static const double CUDA_LOSS_TOL = 1e-2, CUDA_LOGITS_TOL = 1e-2, CUDA_GRAD_TOL = 2e-2;
+// Tolerances: the fixed ones below, or NOISE_MARGIN times the error of a bf16 implementation measured by
+// the reference itself (make_refs.py: the float64 model run in float32 with bf16 matmul weights and bf16
+// storage of every activation and activation gradient, against the truth), whichever is larger. A bf16
+// model cannot beat that floor: logits sit near 1e-2, and the scalar lambdas' gradients, sums with heavy
+// cancellation, lose 5e-2 and more; a real bug costs tens of percent.
+static const double CUDA_LOSS_TOL = 1e-2, CUDA_LOGITS_TOL = 1e-2, CUDA_GRAD_TOL = 2e-2, NOISE_MARGIN = 3.0;
+
+static double cuda_tolerance(const SafetensorsFile& ref, const std::string& what, double fixed) {
+    return std::max(fixed, NOISE_MARGIN * ref.get_f32("noise_bf16." + what, 1)[0]);
+}
 
 struct CudaRun {
     float loss;
@@ -1186,17 +1195,26 @@ static void cuda_test_against_reference(const std::string& path) {
     const size_t N = (size_t)std::stoi(ref.meta("batch")) * c.seq_len;
     CudaRun r = cuda_run(ref, c);
     const float ref_loss = ref.get_f32("loss", 1)[0];
-    const double loss_err = fabs((double)r.loss - ref_loss) / fabs((double)ref_loss);
+    const double loss_err = fabs((double)r.loss - ref_loss) / fabs((double)ref_loss), loss_tol = cuda_tolerance(ref, "loss", CUDA_LOSS_TOL);
     const double logit_err = rel_l2(r.logits.data(), ref.get_f32("logits", N * c.vocab_size), N * c.vocab_size);
-    double worst = 0.0;
+    const double logit_tol = cuda_tolerance(ref, "logits", CUDA_LOGITS_TOL);
+    check(loss_err <= loss_tol && logit_err <= logit_tol, "CUDA %s: loss rel err %.1e (<= %.1e), logits %.1e (<= %.1e)", path.c_str(), loss_err,
+          loss_tol, logit_err, logit_tol);
+    // every gradient; reported: the tensor closest to its tolerance
+    double worst_ratio = 0.0, worst_err = 0.0, worst_tol = 0.0;
     std::string worst_name;
+    int failed = 0;
     for (const ParamTensor& t : param_table(c)) {
-        double e = rel_l2(r.grads.data() + t.offset, ref.get_f32("grad." + t.name, t.numel), t.numel);
-        if (e > worst) { worst = e; worst_name = t.name; }
+        const double e = rel_l2(r.grads.data() + t.offset, ref.get_f32("grad." + t.name, t.numel), t.numel);
+        const double tol = cuda_tolerance(ref, "grad." + t.name, CUDA_GRAD_TOL);
+        if (e > tol) {
+            failed++;
+            printf("     %s: gradient rel L2 %.1e > %.1e\n", t.name.c_str(), e, tol);
+        }
+        if (e / tol > worst_ratio) worst_ratio = e / tol, worst_err = e, worst_tol = tol, worst_name = t.name;
     }
-    check(loss_err <= CUDA_LOSS_TOL && logit_err <= CUDA_LOGITS_TOL && worst <= CUDA_GRAD_TOL,
-          "CUDA %s: loss rel err %.1e, logits %.1e (<= 1e-2), worst gradient %.1e (<= 2e-2, %s)", path.c_str(), loss_err, logit_err, worst,
-          worst_name.c_str());
+    check(failed == 0, "CUDA %s: every gradient within max(2e-2, 3 x bf16 floor) (%d over; closest: %s %.1e of %.1e)", path.c_str(), failed,
+          worst_name.c_str(), worst_err, worst_tol);
 }
 
 // alpha = 0 on every layer vs XSA off, and two identical runs: both bit-identical

@@ -3,7 +3,8 @@ Independent PyTorch reference of the xsa-train model: nanochat's GPT (spec/nanoc
 with parameterized Exclusive Self-Attention (spec/xsa.md) after attention, before c_proj.
 
 Written from the spec only, using autograd for every gradient. Deliberate choices for this project:
-  * one dtype for everything (float64 for reference files, float32 for benchmarks); no bf16 anywhere;
+  * one dtype for everything (float64 for reference files, float32 for benchmarks); bf16 only in the
+    noise-floor estimate (set_bf16_storage), which rounds what the CUDA backend stores in bf16;
   * RMSNorm without weight, eps = float32 machine epsilon (1.1920929e-07), x * rsqrt(mean(x^2) + eps);
   * rotary tables (inv_freq, angles, cos, sin) computed in float32, then converted to the model dtype;
   * XSA: z = y - alpha * (y.v / (v.v + 1e-8)) * v, with v the token's own (post value-embedding) value;
@@ -53,6 +54,33 @@ class Config:
         c = self.window_pattern[i % len(self.window_pattern)]
         assert c in "SL", f"bad window pattern char {c!r}"
         return self.seq_len if c == "L" else self.short_window
+
+
+class _Bf16Round(torch.autograd.Function):
+    """Rounds a tensor to bf16 and its gradient too, keeping the dtype: a value stored in bf16."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.to(torch.bfloat16).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.to(torch.bfloat16).to(g.dtype)
+
+
+_bf16_storage = False
+
+
+def set_bf16_storage(on):
+    """On: store() rounds activations (and, through autograd, their gradients) to bf16 where the CUDA
+    backend keeps them in bf16. make_refs.py uses it to measure the error any bf16 implementation of
+    this model must expect, per tensor, against the float64 truth."""
+    global _bf16_storage
+    _bf16_storage = on
+
+
+def store(x):
+    return _Bf16Round.apply(x) if _bf16_storage else x
 
 
 def norm(x):
@@ -127,20 +155,20 @@ class CausalSelfAttention(nn.Module):
         cfg = self.cfg
         B, T, _ = h.shape
         H, Hkv, D = cfg.n_head, cfg.n_kv_head, cfg.head_dim
-        q = self.c_q(h).view(B, T, H, D)
-        k = self.c_k(h).view(B, T, Hkv, D)
-        v = self.c_v(h).view(B, T, Hkv, D)
+        q = store(self.c_q(h)).view(B, T, H, D)
+        k = store(self.c_k(h)).view(B, T, Hkv, D)
+        v = store(self.c_v(h)).view(B, T, Hkv, D)
         if ve is not None:
             gate = 3.0 * torch.sigmoid(F.linear(h[..., :12], self.ve_gate.weight))  # (B, T, Hkv)
-            v = v + gate[..., None] * ve.view(B, T, Hkv, D)
-        q = apply_rotary(q, cos, sin)
-        k = apply_rotary(k, cos, sin)
-        q = norm(q) * 1.2
-        k = norm(k) * 1.2
-        y = attention(q, k, v, cfg.window(self.layer))
+            v = store(v + gate[..., None] * ve.view(B, T, Hkv, D))
+        q = store(apply_rotary(q, cos, sin))
+        k = store(apply_rotary(k, cos, sin))
+        q = store(norm(q) * 1.2)
+        k = store(norm(k) * 1.2)
+        y = store(attention(q, k, v, cfg.window(self.layer)))
         if self.layer in cfg.xsa_layers:
-            y = xsa(y, v, cfg.xsa_alpha)
-        return self.c_proj(y.reshape(B, T, H * D))
+            y = store(xsa(y, v, cfg.xsa_alpha))
+        return store(self.c_proj(y.reshape(B, T, H * D)))
 
 
 class MLP(nn.Module):
@@ -151,7 +179,7 @@ class MLP(nn.Module):
         self.c_proj = nn.Linear(4 * C, C, bias=False)
 
     def forward(self, x):
-        return self.c_proj(F.relu(self.c_fc(x)).square())
+        return store(self.c_proj(store(F.relu(store(self.c_fc(x))).square())))
 
 
 class Block(nn.Module):
@@ -161,8 +189,8 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(self, x, ve, cos, sin):
-        x = x + self.attn(norm(x), ve, cos, sin)
-        x = x + self.mlp(norm(x))
+        x = store(x + self.attn(store(norm(x)), ve, cos, sin))
+        x = store(x + self.mlp(store(norm(x))))
         return x
 
 
@@ -196,23 +224,23 @@ class GPT(nn.Module):
         cfg = self.cfg
         B, T = idx.shape
         cos, sin = rotary_tables(T, cfg.head_dim, self.dtype)
-        x = norm(self.transformer.wte(idx))
+        x = store(norm(store(self.transformer.wte(idx))))
         if cfg.smear and T > 1:
             # gate_t from the current token's normed embedding, times the unsmeared previous one
             gate = self.smear_lambda * torch.sigmoid(F.linear(x[:, 1:, :24], self.smear_gate.weight))
-            x = torch.cat([x[:, :1], x[:, 1:] + gate * x[:, :-1]], dim=1)
+            x = store(torch.cat([x[:, :1], x[:, 1:] + gate * x[:, :-1]], dim=1))
         x0 = x
         x_backout = None
         for i, block in enumerate(self.transformer.h):
-            x = self.resid_lambdas[i] * x + self.x0_lambdas[i] * x0
-            ve = self.value_embeds[str(i)](idx) if cfg.has_ve(i) else None
+            x = store(self.resid_lambdas[i] * x + self.x0_lambdas[i] * x0)
+            ve = store(self.value_embeds[str(i)](idx)) if cfg.has_ve(i) else None
             x = block(x, ve, cos, sin)
             if i == cfg.n_layer // 2:
                 x_backout = x
-        x = x - self.backout_lambda * x_backout
-        x = norm(x)
-        logits = self.lm_head(x)[..., :cfg.vocab_size]
-        logits = cfg.softcap * torch.tanh(logits / cfg.softcap)
+        x = store(x - self.backout_lambda * x_backout)
+        x = store(norm(x))
+        logits = store(self.lm_head(x)[..., :cfg.vocab_size])
+        logits = store(cfg.softcap * torch.tanh(logits / cfg.softcap))
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), targets.reshape(-1))
