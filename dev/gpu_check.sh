@@ -62,13 +62,15 @@ bench() {  # name, then the arguments
     local name=$1
     shift
     if timeout 180 dev/bench/bench_fwdbwd_cuda "$@" > "$OUT/bench_$name.log" 2>&1; then
-        local tok mfu mem
+        local tok mfu mem micro opt
         tok=$(sed -n 's/^step tok\/s \([0-9.]*\).*/\1/p' "$OUT/bench_$name.log")
         mfu=$(sed -n 's/.* MFU \([0-9.]*%\).*/\1/p' "$OUT/bench_$name.log")
         mem=$(sed -n 's/^device memory in use GiB \([0-9.]*\)/\1/p' "$OUT/bench_$name.log")
-        table+=("$name $tok ${mfu:-n/a} $mem")
+        micro=$(sed -n 's/^ours tok\/s [0-9.]* ms\/iter \([0-9.]*\)/\1/p' "$OUT/bench_$name.log")
+        opt=$(sed -n 's/^optimizer step ms \([0-9.]*\)/\1/p' "$OUT/bench_$name.log")
+        table+=("$name $tok ${mfu:-n/a} $mem $micro $opt")
     else
-        table+=("$name FAIL - -")
+        table+=("$name FAIL - - - -")
         echo "benchmark $name failed: $OUT/bench_$name.log"
     fi
 }
@@ -80,12 +82,17 @@ for d in 12 24; do
 done
 bench "d12_base_no_graphs" 12 768 12 12 64 2048 32768 "$D12_BATCH" SSSL 512 0 "$ITERS" 1 0  # what the CUDA graph saves
 
+# the summary, also written to $OUT/summary.md for dev/gpu_results.md
+{
 echo
-echo "checks (commit $commit, $gpu):"
+echo "gpu_check $(date -u +%Y-%m-%d), commit $commit, $gpu"
+echo
+echo "checks:"
 printf '%s\n' "${results[@]}"
 echo
-echo "benchmark (T 2048, vocab 32768, SSSL windows, $ITERS steps of fwd+bwd+optimizer, median):"
-printf '%-18s %12s %8s %10s %10s\n' config "tok/s" MFU "mem GiB" "XSA cost"
+echo "benchmark: T 2048, vocab 32768, SSSL windows; a training step as train_gpt runs it (the plan's total"
+echo "batch as micro-steps of BATCH x 2048, then the optimizer), from medians over $ITERS iterations:"
+printf '%-20s %12s %8s %9s %13s %8s %10s\n' config "tok/s" MFU "mem GiB" "micro-step ms" "opt ms" "XSA cost"
 base=""
 for row in "${table[@]}"; do
     set -- $row
@@ -94,5 +101,6 @@ for row in "${table[@]}"; do
     if [ "$2" != FAIL ] && [ -n "$base" ] && [ "$base" != FAIL ] && [[ $1 == *_xsa_* ]]; then
         cost=$(awk -v b="$base" -v x="$2" 'BEGIN { printf "%+.2f%%", 100 * (b / x - 1) }')
     fi
-    printf '%-18s %12s %8s %10s %10s\n' "$1" "$2" "$3" "$4" "$cost"
+    printf '%-20s %12s %8s %9s %13s %8s %10s\n' "$1" "$2" "$3" "$4" "$5" "$6" "$cost"
 done
+} | tee "$OUT/summary.md"
