@@ -89,9 +89,9 @@ static GPTConfig tiny_config(int V, int L, int C, int H, int D, int T, int windo
     return c;
 }
 
-// Runs a trainer binary (./train_gpt_cpu, ./train_gpt_cuda) with `args`; returns its exit code and what it
-// printed (stderr only if !want_stdout).
-static int run_trainer(const char* binary, const std::string& args, std::string* out, bool want_stdout) {
+// Runs one of our binaries (./train_gpt_cpu, ./train_gpt_cuda, ./eval_core) with `args`; returns its exit
+// code and what it printed (stderr only if !want_stdout).
+static int run_program(const char* binary, const std::string& args, std::string* out, bool want_stdout) {
     std::string cmd = std::string(binary) + " " + args + (want_stdout ? " 2>&1" : " 2>&1 >/dev/null");
     FILE* p = popen(cmd.c_str(), "r");
     out->clear();
@@ -783,7 +783,7 @@ static void test_resume_bit_identical(bool adamw_only) {
 
 
 static int run_train_gpt(const std::string& args, std::string* out, bool want_stdout) {
-    return run_trainer("./train_gpt_cpu", args, out, want_stdout);
+    return run_program("./train_gpt_cpu", args, out, want_stdout);
 }
 
 static void test_cli_rejects(const std::string& args, const char* expect) {
@@ -1057,15 +1057,7 @@ static void test_core() {
     system(("rm -rf " + out + " " + out + ".log").c_str());
 }
 
-static int run_eval_core(const std::string& args, std::string* out) {
-    std::string cmd = "./eval_core " + args + " 2>&1 >/dev/null";
-    FILE* p = popen(cmd.c_str(), "r");
-    out->clear();
-    char buf[512];
-    while (p && fgets(buf, sizeof buf, p)) *out += buf;
-    int status = p ? pclose(p) : -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+static int run_eval_core(const std::string& args, std::string* out) { return run_program("./eval_core", args, out, false); }
 
 // a corrupted copy of a task file: each must end with one message and exit code 1
 static void test_core_bad_file(const char* what, size_t offset, uint32_t value, const char* expect) {
@@ -1322,7 +1314,7 @@ static void cuda_test_against_cpu_trainer() {
         const std::string dir = std::string("/tmp/xsa_twin_") + (i ? "cuda" : "cpu");
         system(("rm -rf " + dir).c_str());
         std::string out;
-        codes[i] = run_trainer(binaries[i], flags + " -o " + dir + " --export-safetensors " + dir + "/final.safetensors", &out, true);
+        codes[i] = run_program(binaries[i], flags + " -o " + dir + " --export-safetensors " + dir + "/final.safetensors", &out, true);
         if (codes[i] != 0) printf("     %s exited %d:\n%s\n", binaries[i], codes[i], out.c_str());
         metrics[i] = read_file(dir + "/metrics.jsonl");
     }
