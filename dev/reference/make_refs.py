@@ -13,7 +13,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from model import GPT, Config, random_init, set_bf16_storage, XSA_EPS  # noqa: E402
+from model import GPT, Config, bf16_round, random_init, set_bf16_storage, XSA_EPS  # noqa: E402
 import safetensors_io  # noqa: E402
 
 FORMAT = "xsa-ref-1"
@@ -106,7 +106,7 @@ def make(name, cfg_kwargs, seed, outdir):
     tensors["loss"] = f32(loss.reshape(1))
     for pname, p in params:
         tensors["grad." + pname] = f32(p.grad)
-    tensors.update(bf16_noise(cfg, model, idx, targets, logits, loss))
+    tensors.update(bf16_tolerances(cfg, model, idx, targets, logits, loss))
     path = os.path.join(outdir, name + ".safetensors")
     safetensors_io.save(path, tensors, metadata(cfg, idx.shape[0]))
     return path, float(loss), fp32_noise(cfg, model, idx, targets, logits)
@@ -131,30 +131,39 @@ def fp32_noise(cfg, model64, idx, targets, logits64):
 
 # the matrices the CUDA backend multiplies from a bf16 copy (params_mm); other parameters stay fp32 there
 MATMUL_WEIGHTS = ("c_q.weight", "c_k.weight", "c_v.weight", "c_proj.weight", "c_fc.weight", "lm_head.weight")
+BF16_SAMPLES = 8    # stochastically rounded runs per reference
+BF16_SIGMAS = 4.0   # tolerance = mean + 4 standard deviations of their errors
 
 
-def bf16_noise(cfg, model64, idx, targets, logits64, loss64):
-    """The error a bf16 implementation of this model must expect: the model in float32 with the matmul
-    weights rounded to bf16 and every activation (and its gradient) rounded to bf16 where the CUDA backend
-    stores it (model.store), against the float64 truth. One number per output and per gradient tensor,
-    stored as noise_bf16.*: the CUDA suite's tolerance for a tensor is the larger of its fixed tolerance
-    and a multiple of this, since sums with heavy cancellation (the scalar lambdas' gradients) lose far
-    more than bf16's 3 digits."""
-    m = GPT(cfg, dtype=torch.float32)
-    with torch.no_grad():
+def bf16_tolerances(cfg, model64, idx, targets, logits64, loss64):
+    """How far a correct bf16 implementation of this model may land from the float64 truth, per output and
+    per gradient tensor, stored as tol_bf16.* for the CUDA suite (which uses the larger of this and its
+    fixed tolerance). Measured, not assumed: BF16_SAMPLES runs of the model in float32 with the matmul
+    weights and every activation (and its gradient) rounded to bf16 where the CUDA backend stores them
+    (model.store), stochastically, so that each run is a fresh draw of the rounding errors; the tolerance
+    is their mean + BF16_SIGMAS standard deviations. Matrices' errors barely vary between draws (~2e-2);
+    the scalar lambdas' gradients are sums with heavy cancellation whose errors vary by their own size."""
+    errors = {}
+    for sample in range(BF16_SAMPLES):
+        gen = torch.Generator().manual_seed(7919 * (sample + 1))
+        m = GPT(cfg, dtype=torch.float32)
+        set_bf16_storage(True, gen)
+        try:
+            with torch.no_grad():
+                for (n, p), q in zip(m.named_parameters(), model64.parameters()):
+                    p.copy_(bf16_round(q.to(torch.float32)) if n.endswith(MATMUL_WEIGHTS) else q)
+            logits, loss = m(idx, targets)
+            loss.backward()
+        finally:
+            set_bf16_storage(False)
+        errors.setdefault("loss", []).append(abs(float(loss) - float(loss64)) / abs(float(loss64)))
+        errors.setdefault("logits", []).append(_rel(logits, logits64))
         for (n, p), q in zip(m.named_parameters(), model64.parameters()):
-            p.copy_(q.to(torch.bfloat16) if n.endswith(MATMUL_WEIGHTS) else q)
-    set_bf16_storage(True)
-    try:
-        logits, loss = m(idx, targets)
-        loss.backward()
-    finally:
-        set_bf16_storage(False)
-    one = lambda x: torch.tensor([x], dtype=torch.float32)  # noqa: E731
-    out = {"noise_bf16.loss": one(abs(float(loss) - float(loss64)) / abs(float(loss64))),
-           "noise_bf16.logits": one(_rel(logits, logits64))}
-    for (n, p), q in zip(m.named_parameters(), model64.parameters()):
-        out["noise_bf16.grad." + n] = one(_rel(p.grad, q.grad))
+            errors.setdefault("grad." + n, []).append(_rel(p.grad, q.grad))
+    out = {}
+    for k, e in errors.items():
+        e = torch.tensor(e, dtype=torch.float64)
+        out["tol_bf16." + k] = torch.tensor([float(e.mean() + BF16_SIGMAS * e.std())], dtype=torch.float32)
     return out
 
 
@@ -164,11 +173,11 @@ def main():
     os.makedirs(outdir, exist_ok=True)
     for name, kw, seed in CONFIGS:
         path, loss, (lrel, (grel, gname)) = make(name, kw, seed, outdir)
-        noise = safetensors_io.load(path)[0]
-        worst = max((float(t[0]), k[len("noise_bf16.grad."):]) for k, t in noise.items() if k.startswith("noise_bf16.grad."))
+        tol = safetensors_io.load(path)[0]
+        loosest = max((float(t[0]), k[len("tol_bf16.grad."):]) for k, t in tol.items() if k.startswith("tol_bf16.grad."))
         print(f"wrote {os.path.relpath(path)} ({os.path.getsize(path)} bytes, loss {loss:.6f}; "
-              f"fp32 run vs truth: logits {lrel:.1e}, worst grad {grel:.1e} {gname}; bf16 storage: logits "
-              f"{float(noise['noise_bf16.logits'][0]):.1e}, worst grad {worst[0]:.1e} {worst[1]})")
+              f"fp32 run vs truth: logits {lrel:.1e}, worst grad {grel:.1e} {gname}; bf16 tolerances: logits "
+              f"{float(tol['tol_bf16.logits'][0]):.1e}, loosest grad {loosest[0]:.1e} {loosest[1]})")
 
 
 if __name__ == "__main__":

@@ -56,27 +56,45 @@ class Config:
         return self.seq_len if c == "L" else self.short_window
 
 
+def _bf16_round(x):
+    """x rounded to a bf16 value, kept in x's dtype: to nearest, or stochastically when a generator is set
+    (random low bits added to the fp32 pattern, then truncated: a magnitude rounds up with probability
+    equal to its distance from the lower bf16 value)."""
+    if _bf16_generator is None:
+        return x.to(torch.bfloat16).to(x.dtype)
+    bits = x.to(torch.float32).view(torch.int32)
+    noise = torch.randint(0, 1 << 16, x.shape, generator=_bf16_generator, dtype=torch.int32)
+    return ((bits + noise) & -65536).view(torch.float32).to(x.dtype)
+
+
 class _Bf16Round(torch.autograd.Function):
-    """Rounds a tensor to bf16 and its gradient too, keeping the dtype: a value stored in bf16."""
+    """A value stored in bf16: rounds the tensor, and its gradient on the way back."""
 
     @staticmethod
     def forward(ctx, x):
-        return x.to(torch.bfloat16).to(x.dtype)
+        return _bf16_round(x)
 
     @staticmethod
     def backward(ctx, g):
-        return g.to(torch.bfloat16).to(g.dtype)
+        return _bf16_round(g)
 
 
 _bf16_storage = False
+_bf16_generator = None
 
 
-def set_bf16_storage(on):
+def set_bf16_storage(on, generator=None):
     """On: store() rounds activations (and, through autograd, their gradients) to bf16 where the CUDA
-    backend keeps them in bf16. make_refs.py uses it to measure the error any bf16 implementation of
-    this model must expect, per tensor, against the float64 truth."""
-    global _bf16_storage
+    backend keeps them in bf16 -- to nearest, or stochastically with `generator`. make_refs.py uses it to
+    measure the error a bf16 implementation of this model must expect, per tensor, against the float64 truth."""
+    global _bf16_storage, _bf16_generator
     _bf16_storage = on
+    _bf16_generator = generator if on else None
+
+
+def bf16_round(x):
+    """x rounded to bf16 as the storage currently does (for weights copied into a bf16 run)."""
+    return _bf16_round(x)
 
 
 def store(x):
