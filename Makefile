@@ -23,7 +23,7 @@ NVCC_LIBFLAGS = -Xcompiler -Wno-unused-function -diag-suppress 177
 CUDA_LIBS = -lcublasLt -lgomp
 CUDA_CHECKS = $(patsubst dev/cuda/%.cu,dev/cuda/bin/%,$(wildcard dev/cuda/*_check.cu))
 
-.PHONY: all test test_cuda cuda_targets bench clean train_gpt
+.PHONY: all test test_cuda cuda_targets bench clean train_gpt emu_test
 
 all: train_gpt_cpu eval_core test_xsa_cpu
 
@@ -68,16 +68,18 @@ dev/bench/bench_fwdbwd_cuda: dev/bench/bench_fwdbwd.cu train_gpt.cu $(HEADERS)
 cuda_targets: train_gpt_cuda eval_core_cuda test_xsa_cuda dev/bench/bench_fwdbwd_cuda $(CUDA_CHECKS)
 
 # the CPU suite runs last, so that its "N passed, N failed" closes the output
+# where no GPU is, the CUDA kernels still run: on the CPU emulator (emu_test, about 2 minutes)
 test: test_xsa_cpu train_gpt_cpu eval_core
 ifeq ($(HAS_NVCC),1)
 	$(MAKE) --no-print-directory cuda_targets
+else
+	@echo "nvcc not found: CUDA targets not compiled"
+endif
 ifeq ($(HAS_GPU),1)
 	./test_xsa_cuda
 else
-	@echo "CUDA targets compiled (no GPU here: the CUDA tests run on a GPU machine, see dev/gpu_check.sh)"
-endif
-else
-	@echo "nvcc not found: CUDA targets not compiled"
+	@echo "no GPU here: the CUDA kernels run on the CPU emulator (the real CUDA tests: dev/gpu_check.sh on a GPU machine)"
+	$(MAKE) --no-print-directory emu_test
 endif
 	./test_xsa_cpu
 
@@ -91,3 +93,10 @@ bench: dev/bench/bench_fwdbwd
 clean:
 	rm -rf train_gpt train_gpt_cpu train_gpt_cuda eval_core eval_core_cuda test_xsa_cpu test_xsa_cuda \
 	       dev/bench/bench_fwdbwd dev/bench/bench_fwdbwd_cuda dev/cuda/bin
+
+# The CUDA code on the CPU emulator (dev/cuda/emu/README.md), no GPU needed: the emulator's self-test and
+# the kernel harnesses that finish in about 2 minutes on two cores (optim, attention, test_xsa and train
+# take longer: dev/cuda/emu/run.sh all). Fails on any failed check or hazard.
+EMU_TEST_TARGETS = selftest loss elementwise matmul
+emu_test:
+	dev/cuda/emu/run.sh $(EMU_TEST_TARGETS)

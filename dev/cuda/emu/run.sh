@@ -1,0 +1,140 @@
+#!/bin/bash
+# dev/cuda/emu/run.sh [TARGET ...]: runs the CUDA code on the CPU emulator (README.md). Snapshots the
+# working tree (tracked and untracked, not ignored) into a temporary directory, transforms and patches
+# the copy, builds with g++ and runs the targets; exits non-zero if any check fails or the emulator,
+# ASan or UBSan reports a hazard.
+#   targets: selftest elementwise loss matmul optim attention test_xsa train, or all (default: selftest)
+#   EMU_ASAN=1   build the targets with ASan+UBSan (the self-test always is)
+#   EMU_KEEP=1   keep the temporary directory (sources, binaries, one log per target)
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+in_git=0
+git -C "$root" rev-parse --show-toplevel > /dev/null 2>&1 && in_git=1
+targets=("$@")
+[ ${#targets[@]} -eq 0 ] && targets=(selftest)
+[ "${targets[*]}" = all ] && targets=(selftest elementwise loss matmul optim attention test_xsa train)
+for t in "${targets[@]}"; do
+    case $t in selftest|elementwise|loss|matmul|optim|attention|test_xsa|train) ;; *) echo "run.sh: unknown target $t"; exit 2 ;; esac
+done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/xsa_emu.XXXXXX")
+if [ "${EMU_KEEP:-0}" = 1 ]; then echo "emu: keeping $work"; else trap 'rm -rf "$work"' EXIT; fi
+mkdir -p "$work/src" "$work/bin" "$work/logs"
+if [ $in_git = 1 ]; then
+    (cd "$root" && git ls-files -z -co --exclude-standard | while IFS= read -r -d '' f; do [ -f "$f" ] && printf '%s\0' "$f"; done |
+        tar --null -T - -cf -) | tar -x -C "$work/src" || exit 1
+else  # an unpacked source tree: everything in it
+    tar -C "$root" -cf - . | tar -x -C "$work/src" || exit 1
+fi
+emu=$work/src/dev/cuda/emu  # the snapshot's emulator: the run uses one consistent copy of everything
+python3 "$emu/transform.py" "$work/src" "$work/gen" && python3 "$emu/patch.py" "$work/gen" || exit 1
+
+sanitize="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
+# -O1: the fibers' stacks stay small and ASan builds stay fast; OpenMP only in the cuBLASLt shim
+build() {  # build NAME SOURCE (relative to the transformed tree) [flags]
+    local name=$1 src=$2
+    shift 2
+    (cd "$work/gen" && g++ -std=c++17 -O1 -g -fopenmp -D__CUDACC__ -I"$emu" -I. -include cuda_runtime.h \
+        -Wno-unknown-pragmas -Wno-unused-function -Wno-unused-variable -Wno-deprecated-declarations \
+        "$@" -x c++ "$src" -o "$work/bin/$name") > "$work/logs/build_$name.log" 2>&1 ||
+        { cat "$work/logs/build_$name.log"; return 1; }
+}
+target_flags=""
+[ "${EMU_ASAN:-0}" = 1 ] && target_flags=$sanitize
+export ASAN_OPTIONS=detect_leaks=0 EMU_NOTIME=1
+
+# the self-test: every hazard class must be reported, the positive cases must pass
+selftest() {
+    build selftest dev/cuda/emu/selftest.cu $sanitize || return 1
+    local bad=0 c out why
+    for c in oob misaligned host_ptr_arg host_deref block_1025 grid_y grid_0 smem_48k sync_early shfl_missing launch_bounds \
+             shared_uninit read_before_sync capture_sync capture_malloc capture_malloc_async graph_stale memcpy_kind lt_attr_size lt_shape; do
+        out=$("$work/bin/selftest" $c 2>&1)
+        local rc=$?
+        why=$(echo "$out" | grep -m1 -oE "EMULATOR: .{0,90}|AddressSanitizer: [a-z-]+|runtime error: .{0,60}")
+        if [ $rc -ne 0 ] && [ -n "$why" ]; then echo "reported  $c: $why"; else echo "MISSED    $c (exit $rc)"; bad=1; fi
+    done
+    for c in ok graph; do
+        if out=$("$work/bin/selftest" $c 2>&1); then echo "passes    $c"; else echo "FAILED    $c: $out"; bad=1; fi
+    done
+    return $bad
+}
+
+harness() {  # harness NAME ARGS...
+    local name=$1
+    shift
+    build "$name" "dev/cuda/${name}_check.cu" $target_flags && "$work/bin/$name" "$@"
+}
+
+test_xsa() {
+    build test_xsa test_xsa.cu $target_flags && (cd "$work/src" && "$work/bin/test_xsa")
+}
+
+# the emulated trainer with CUDA graphs on and off (losses bit-identical), and both against the CPU build
+train() {
+    build train_gpt train_gpt.cu $target_flags || return 1
+    (cd "$work/src" && g++ -O3 -march=native -std=c++17 -fopenmp -x c++ train_gpt.cu -o "$work/bin/train_gpt_cpu") || return 1
+    local flags="-d 2 --dim 128 --heads 2 -t 128 -b 4 -B 1024 -n 2 --eval-every 2 --eval-tokens 1024 --sample-every -1 --core-every -1 -x 1"
+    local run
+    for run in cpu graphs nographs; do
+        local bin=$work/bin/train_gpt extra=""
+        [ $run = cpu ] && bin=$work/bin/train_gpt_cpu
+        [ $run = nographs ] && extra="--cuda-graphs 0"
+        echo "== $run"
+        (cd "$work/src" && "$bin" $flags $extra -o "$work/train_$run") || return 1
+    done
+    python3 - "$work" <<'PY'
+import json, sys
+runs = {r: [json.loads(l) for l in open('%s/train_%s/metrics.jsonl' % (sys.argv[1], r))] for r in ('cpu', 'graphs', 'nographs')}
+def values(r, kind, key): return [m[key] for m in runs[r] if m['kind'] == kind]
+ok = True
+for kind, key in (('train', 'loss'), ('eval', 'val_bpb')):
+    cpu, g, ng = values('cpu', kind, key), values('graphs', kind, key), values('nographs', kind, key)
+    rel = max(abs(a - b) / abs(b) for a, b in zip(g, cpu)) if g and len(g) == len(cpu) else float('inf')
+    same = g == ng and len(g) > 0
+    ok = ok and same and rel <= 1e-3
+    print('%s %s: graphs %s, no graphs %s (%s), cpu %s: rel diff to cpu %.1e (<= 1e-3)' %
+          (kind, key, g, ng, 'identical' if same else 'DIFFERENT', cpu, rel))
+print('%d passed, %d failed' % (int(ok), int(not ok)))
+sys.exit(0 if ok else 1)
+PY
+}
+
+run_target() {
+    case $1 in
+    selftest) selftest ;;
+    elementwise) harness elementwise --reps 1 --time 0 ;;
+    loss | matmul | optim) harness "$1" 1 ;;
+    attention) harness attention --no-timing ;;
+    test_xsa) test_xsa ;;
+    train) train ;;
+    esac
+}
+
+summary=()
+failed=0
+for t in "${targets[@]}"; do
+    echo "== emu: $t"
+    start=$(date +%s)
+    run_target "$t" > "$work/logs/$t.log" 2>&1
+    rc=$?
+    secs=$(($(date +%s) - start))
+    # the hazards the emulator or the sanitizers reported, and the check counts the target printed
+    hazards=0  # the self-test's log lists the hazards it provoked on purpose
+    [ "$t" != selftest ] && hazards=$(grep -cE "^EMULATOR: |AddressSanitizer|runtime error:" "$work/logs/$t.log")
+    counts=$(grep -oE "[0-9]+ (checks|passed), [0-9]+ failed|(PASS|FAIL): [0-9]+ failed checks" "$work/logs/$t.log" | tail -n 1)
+    if [ $rc -eq 0 ] && [ "$hazards" -eq 0 ]; then verdict=PASS; else verdict=FAIL; failed=1; fi
+    # on failure, the failed checks and the reports (the harnesses' closing table repeats rows: left out)
+    [ $verdict = FAIL ] && grep -E "(^| )(FAIL|MISSED|FAILED)( |$)|NOT DETERMINISTIC|^EMULATOR: |AddressSanitizer|runtime error:|error:" \
+        "$work/logs/$t.log" | grep -v "  FAIL$" | head -n 20
+    [ "$t" = selftest ] && counts="$(grep -c '^reported' "$work/logs/$t.log") hazards reported, $(grep -c '^passes' "$work/logs/$t.log") clean cases passed"
+    summary+=("$(printf '%-12s %s  %4ds  exit %d, %d hazards  %s' "$t" $verdict $secs $rc "$hazards" "$counts")")
+done
+kind=plain
+[ -n "$target_flags" ] && kind=ASan+UBSan
+what="the source tree"
+[ $in_git = 1 ] && what="$(git -C "$root" rev-parse --short HEAD) + working tree"
+echo "== emu summary ($kind build of $what)"
+printf '%s\n' "${summary[@]}"
+exit $failed
