@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # dev/gpu_check.sh: the one script a GPU session runs (issue #6), within 10 minutes on an H100/H200:
 #   1. build every CUDA target (warnings are errors)
-#   2. the CUDA test suite (test_xsa.cu built with nvcc) against the PyTorch reference files
+#   2. what `make test` runs on a GPU machine: the CUDA suite (test_xsa.cu built with nvcc: the PyTorch
+#      references, identities, graphs, the CUDA trainer against the CPU one), then the CPU suite
 #   3. the kernel harnesses: each CUDA op against its CPU twin on random inputs, with timings
 #   4. compute-sanitizer memcheck on a tiny training run
 #   5. benchmark d12 (768/12 heads) and d24 (1024/16 heads), T 2048: XSA off, alpha 1 fused and unfused
@@ -44,6 +45,7 @@ if [ -z "$gpu" ]; then
 fi
 
 run test_xsa_cuda 180 ./test_xsa_cuda
+run test_xsa_cpu 180 ./test_xsa_cpu
 for h in dev/cuda/bin/*_check; do run "$(basename "$h")" 120 "$h"; done
 TINY="-d 2 --dim 128 --heads 2 -t 128 -b 4 -B 512 -n 3 --eval-every 3 --sample-every -1 --core-every -1 -x 1"
 if command -v compute-sanitizer >/dev/null; then
