@@ -237,6 +237,7 @@ static inline void softcap_cuda(floatX* logits, size_t n, float cap, cudaStream_
     softcap_kernel<<<ceil_div((long)ceil_div((long)n, 8), threads), threads, 0, stream>>>(logits, n, cap, (uintptr_t)logits % 16 == 0);
     cudaCheckLaunch();
 }
+
 // out[0] += factor * sum(losses[0 .. n)), deterministic (see the kernel)
 static inline void loss_sum_accumulate_cuda(float* out, float factor, const float* losses, size_t n, cudaStream_t stream) {
     loss_sum_accumulate_kernel<<<1, LOSS_THREADS, 0, stream>>>(out, factor, losses, n);
