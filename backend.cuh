@@ -75,6 +75,17 @@ static inline size_t backend_memory_in_use() {
 #endif
 }
 
+// Device memory in total, 0 on the CPU backend (host memory is not planned for).
+static inline size_t backend_device_memory() {
+#ifdef __CUDACC__
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
+    return total_bytes;
+#else
+    return 0;
+#endif
+}
+
 // bf16 dense peak of this device in FLOP/s for MFU (nanochat's table, H100/H200), 0 if unknown: then no
 // MFU is printed rather than a made-up one.
 static inline double backend_peak_flops() {
@@ -253,17 +264,20 @@ static inline void backend_ensure_scratch(size_t floats) {
 static inline void rmsnorm_forward(floatX* out, float* rstd, const floatX* inp, size_t rows, int C, float scale) {
     CUDA_OR_CPU(rmsnorm_forward_cuda(out, rstd, inp, rows, C, scale, g_backend.stream), rmsnorm_forward_cpu(out, rstd, inp, rows, C, scale));
 }
-static inline void rmsnorm_backward(floatX* dinp, const floatX* dout, const floatX* out, const float* rstd, size_t rows, int C, float scale) {
-    CUDA_OR_CPU(rmsnorm_backward_cuda(dinp, dout, out, rstd, rows, C, scale, g_backend.stream),
-                rmsnorm_backward_cpu(dinp, dout, out, rstd, rows, C, scale));
+static inline void rmsnorm_backward(floatX* dinp, const floatX* dout, const floatX* out, const float* rstd, size_t rows, int C, float scale,
+                                    GradWrite dinp_write) {
+    CUDA_OR_CPU(rmsnorm_backward_cuda(dinp, dout, out, rstd, rows, C, scale, dinp_write, g_backend.stream),
+                rmsnorm_backward_cpu(dinp, dout, out, rstd, rows, C, scale, dinp_write));
 }
-static inline void rotary_forward(floatX* x, const float* cos_table, const float* sin_table, int B, int T, int heads, int D) {
-    CUDA_OR_CPU(rotary_forward_cuda(x, cos_table, sin_table, B, T, heads, D, g_backend.stream),
-                rotary_forward_cpu(x, cos_table, sin_table, B, T, heads, D));
+static inline void rotary_rmsnorm_forward(floatX* x, float* rstd, const float* cos_table, const float* sin_table, int B, int T, int heads,
+                                          int D, float scale) {
+    CUDA_OR_CPU(rotary_rmsnorm_forward_cuda(x, rstd, cos_table, sin_table, B, T, heads, D, scale, g_backend.stream),
+                rotary_rmsnorm_forward_cpu(x, rstd, cos_table, sin_table, B, T, heads, D, scale));
 }
-static inline void rotary_backward(floatX* dx, const float* cos_table, const float* sin_table, int B, int T, int heads, int D) {
-    CUDA_OR_CPU(rotary_backward_cuda(dx, cos_table, sin_table, B, T, heads, D, g_backend.stream),
-                rotary_backward_cpu(dx, cos_table, sin_table, B, T, heads, D));
+static inline void rotary_rmsnorm_backward(floatX* dinp, const floatX* dout, const floatX* out, const float* rstd, const float* cos_table,
+                                           const float* sin_table, int B, int T, int heads, int D, float scale) {
+    CUDA_OR_CPU(rotary_rmsnorm_backward_cuda(dinp, dout, out, rstd, cos_table, sin_table, B, T, heads, D, scale, g_backend.stream),
+                rotary_rmsnorm_backward_cpu(dinp, dout, out, rstd, cos_table, sin_table, B, T, heads, D, scale));
 }
 static inline void relu2_forward(floatX* out, const floatX* inp, size_t n) {
     CUDA_OR_CPU(relu2_forward_cuda(out, inp, n, g_backend.stream), relu2_forward_cpu(out, inp, n));
@@ -292,12 +306,14 @@ static inline void embedding_forward(floatX* out, const int* idx, const float* t
     CUDA_OR_CPU(embedding_forward_cuda(out, idx, table, N, C, g_backend.stream), embedding_forward_cpu(out, idx, table, N, C));
 }
 // The batch's token ids, on the host, before any embedding_backward of the step: the CUDA backend sorts
-// the positions by id here, so that its scatter-add needs no atomics.
-static inline void embedding_prepare_backward(const int* host_idx, size_t N) {
+// the positions by id here, so that its scatter-add needs no atomics, and sizes its scratch for tables of
+// up to max_C channels (the widest embedding_backward to come).
+static inline void embedding_prepare_backward(const int* host_idx, size_t N, int max_C) {
 #ifdef __CUDACC__
     embedding_buckets_build(&g_backend.buckets, host_idx, N, g_backend.stream);
+    embedding_backward_reserve(&g_backend.buckets, max_C, g_backend.stream);
 #else
-    (void)host_idx, (void)N;  // the CPU scatter-add reads the ids directly
+    (void)host_idx, (void)N, (void)max_C;  // the CPU scatter-add reads the ids directly
 #endif
 }
 // dtable[idx[n]] += dout[n]; idx (backend memory) is the batch prepared above
@@ -327,9 +343,19 @@ static inline void value_embed_backward(floatX* dve, floatX* dh, float* dwg, con
 static inline void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, int M, int K, int N) {
     CUDA_OR_CPU(matmul_forward_cuda(out, inp, weight, M, K, N, g_backend.stream), matmul_forward_cpu(out, inp, weight, M, K, N));
 }
-static inline void matmul_backward(floatX* dinp, float* dweight, const floatX* dout, const floatX* inp, const floatX* weight, int M, int K, int N) {
-    CUDA_OR_CPU(matmul_backward_cuda(dinp, dweight, dout, inp, weight, M, K, N, g_backend.stream),
-                matmul_backward_cpu(dinp, dweight, dout, inp, weight, M, K, N));
+static inline void xsa_diagnostics(float* out, const floatX* y, const floatX* z, const floatX* v, const floatX* q, const floatX* k,
+                                   const float* lse, int B, int T, int H, int Hkv, int D) {
+    CUDA_OR_CPU(xsa_diagnostics_cuda(out, y, z, v, q, k, lse, B, T, H, Hkv, D, g_backend.stream),
+                xsa_diagnostics_cpu(out, y, z, v, q, k, lse, B, T, H, Hkv, D));
+}
+static inline void matmul_forward_add(floatX* out, const floatX* inp, const floatX* weight, const floatX* residual, int M, int K, int N) {
+    CUDA_OR_CPU(matmul_forward_add_cuda(out, inp, weight, residual, M, K, N, g_backend.stream),
+                matmul_forward_add_cpu(out, inp, weight, residual, M, K, N));
+}
+static inline void matmul_backward(floatX* dinp, float* dweight, const floatX* dout, const floatX* inp, const floatX* weight, int M, int K, int N,
+                                   GradWrite dinp_write) {
+    CUDA_OR_CPU(matmul_backward_cuda(dinp, dweight, dout, inp, weight, M, K, N, dinp_write, g_backend.stream),
+                matmul_backward_cpu(dinp, dweight, dout, inp, weight, M, K, N, dinp_write));
 }
 static inline void softcap_crossentropy_forward(float* losses, floatX* logits, const int* targets, size_t N, int V, float cap) {
     CUDA_OR_CPU(softcap_crossentropy_forward_cuda(losses, logits, targets, N, V, cap, g_backend.stream),

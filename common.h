@@ -106,6 +106,13 @@ static inline void fill_normal(float* dst, size_t n, float std, Rng* rng) {
 }
 
 // ----------------------------------------------------------------------------------------------------
+// How a backward op writes the gradient of its input. The first op that reaches a gradient buffer in a
+// backward pass overwrites it: no memset beforehand and no read of stale values; every later op that
+// contributes to the same buffer (a tensor read by several ops) adds to it.
+
+enum GradWrite { GRAD_OVERWRITE, GRAD_ACCUMULATE };
+
+// ----------------------------------------------------------------------------------------------------
 // Deterministic reductions. Sums over many elements are split into fixed-size blocks (independent of
 // the thread count), each block summed in order in double, then the block sums added in order. So the
 // result is bit-identical for any number of OpenMP threads and between runs.

@@ -397,17 +397,23 @@ __global__ void __launch_bounds__(1024) embedding_backward_heavy_kernel(float* d
     }
 }
 
+// Sizes the scratch of embedding_backward_cuda for tables up to C channels at the buckets' capacity
+// (stream-ordered allocation). Called with the widest table right after each build, so that no backward
+// allocates: an allocation would change the address a captured CUDA graph holds.
+static inline void embedding_backward_reserve(const EmbeddingBuckets* b, int C, cudaStream_t stream) {
+    const size_t need = embedding_backward_scratch_floats(b->cap_N, C);
+    if (need <= b->scratch_floats) return;
+    if (b->d_scratch) cudaCheck(cudaFreeAsync(b->d_scratch, stream));
+    cudaCheck(cudaMallocAsync(&b->d_scratch, need * sizeof(float), stream));
+    b->scratch_floats = need;
+}
+
 // dtable (rows, C) fp32 += scatter of dout (N, C) by the ids of the last build (b->N == N). Grids depend on
 // N only and the kernels read the counts from the uploaded layout, so the launch can be graph-captured
-// once the scratch exists (the first call allocates it, stream-ordered).
+// once the scratch exists (embedding_backward_reserve; a table wider than reserved grows it here).
 static inline void embedding_backward_cuda(float* dtable, const floatX* dout, const EmbeddingBuckets* b, int C, cudaStream_t stream) {
     if (b->N == 0 || C == 0) return;
-    const size_t need = embedding_backward_scratch_floats(b->cap_N, C);
-    if (need > b->scratch_floats) {
-        if (b->d_scratch) cudaCheck(cudaFreeAsync(b->d_scratch, stream));
-        cudaCheck(cudaMallocAsync(&b->d_scratch, need * sizeof(float), stream));
-        b->scratch_floats = need;
-    }
+    embedding_backward_reserve(b, C, stream);
     const bool vec = C % 8 == 0 && aligned16(dtable) && aligned16(dout);
     const int per = vec ? C / 8 : C;
     const int block = std::min(1024, (per + 31) / 32 * 32);

@@ -20,6 +20,7 @@ CPU backend properties:
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "common.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -283,12 +284,18 @@ static inline void matmul_forward_cpu(float* out, const float* inp, const float*
     gemm_cpu(out, inp, weight, M, N, K, K, K, N, false, true, false);
 }
 
-// dinp (M, K) += dout (M, N) @ weight (N, K)          (skipped if dinp == nullptr)
+// out (M, N) = residual (M, N) + inp (M, K) @ weight^T: a residual branch's output projection and its add
+static inline void matmul_forward_add_cpu(float* out, const float* inp, const float* weight, const float* residual, int M, int K, int N) {
+    if (out != residual) memcpy(out, residual, (size_t)M * N * sizeof(float));
+    gemm_cpu(out, inp, weight, M, N, K, K, K, N, false, true, true);
+}
+
+// dinp (M, K) = or += dout (M, N) @ weight (N, K)     (dinp_write; skipped if dinp == nullptr)
 // dweight (N, K) += dout^T (N, M) @ inp (M, K)        (skipped if dweight == nullptr)
-// inp (M, K), weight (N, K); gradients accumulate (+=), as for parameters shared across uses
+// inp (M, K), weight (N, K); dweight always accumulates, as parameter gradients do across micro-steps
 static inline void matmul_backward_cpu(float* dinp, float* dweight, const float* dout, const float* inp,
-                                       const float* weight, int M, int K, int N) {
-    if (dinp != nullptr) { gemm_cpu(dinp, dout, weight, M, K, N, N, K, K, false, false, true); }
+                                       const float* weight, int M, int K, int N, GradWrite dinp_write) {
+    if (dinp != nullptr) { gemm_cpu(dinp, dout, weight, M, K, N, N, K, K, false, false, dinp_write == GRAD_ACCUMULATE); }
     if (dweight != nullptr) { gemm_cpu(dweight, dout, inp, N, K, M, N, K, K, true, false, true); }
 }
 
@@ -488,13 +495,21 @@ static inline void matmul_forward_cuda(floatX* out, const floatX* inp, const flo
     matmul_lt(out, false, nullptr, inp, weight, M, N, K, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
 }
 
-// dinp (M, K) bf16 += dout (M, N) @ weight (N, K)            (skipped if dinp == nullptr)
+// out (M, N) bf16 = residual (M, N) + inp (M, K) @ weight^T: the add happens in the GEMM epilogue (beta = 1,
+// C = residual, D = out), in fp32 before the one rounding, instead of a separate kernel reading both again
+static inline void matmul_forward_add_cuda(floatX* out, const floatX* inp, const floatX* weight, const floatX* residual, int M, int K,
+                                           int N, cudaStream_t stream) {
+    matmul_lt(out, false, residual, inp, weight, M, N, K, false, true, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+}
+
+// dinp (M, K) bf16 = or += dout (M, N) @ weight (N, K)       (dinp_write; skipped if dinp == nullptr)
 // dweight (N, K) fp32 += dout^T (N, M) @ inp (M, K)          (skipped if dweight == nullptr)
 // Accumulation happens inside the GEMM epilogue (beta = 1): the old value is read, added in fp32, and
-// written once (rounded to bf16 for dinp).
+// written once (rounded to bf16 for dinp). GRAD_OVERWRITE is beta = 0: the old dinp is never read.
 static inline void matmul_backward_cuda(floatX* dinp, float* dweight, const floatX* dout, const floatX* inp, const floatX* weight,
-                                        int M, int K, int N, cudaStream_t stream) {
-    if (dinp != nullptr) matmul_lt(dinp, false, dinp, dout, weight, M, K, N, false, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+                                        int M, int K, int N, GradWrite dinp_write, cudaStream_t stream) {
+    const float dinp_beta = dinp_write == GRAD_ACCUMULATE ? 1.0f : 0.0f;
+    if (dinp != nullptr) matmul_lt(dinp, false, dinp, dout, weight, M, K, N, false, false, 1.0f, dinp_beta, 1, 0, 0, 0, stream);
     if (dweight != nullptr) matmul_lt(dweight, true, dweight, dout, inp, N, K, M, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
 }
 

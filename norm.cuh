@@ -23,10 +23,12 @@ static inline void rmsnorm_forward_cpu(float* out, float* rstd, const float* inp
     }
 }
 
-// dinp (rows, C) += scale * rstd * (dout - xhat * mean(dout * xhat)), with xhat = out / scale the unit-RMS
-// input. Using the saved output instead of the input keeps one buffer fewer alive between the passes.
+// dinp (rows, C) = or += scale * rstd * (dout - xhat * mean(dout * xhat)) (dinp_write), with xhat =
+// out / scale the unit-RMS input. Using the saved output instead of the input keeps one buffer fewer
+// alive between the passes.
 static inline void rmsnorm_backward_cpu(float* dinp, const float* dout, const float* out, const float* rstd,
-                                        size_t rows, int C, float scale) {
+                                        size_t rows, int C, float scale, GradWrite dinp_write) {
+    const bool accumulate = dinp_write == GRAD_ACCUMULATE;
 #pragma omp parallel for schedule(static)
     for (long r = 0; r < (long)rows; r++) {
         const float* g = dout + (size_t)r * C;
@@ -37,7 +39,7 @@ static inline void rmsnorm_backward_cpu(float* dinp, const float* dout, const fl
         for (int i = 0; i < C; i++) dot += g[i] * (y[i] * inv_scale);
         float mean_dot = dot / C;
         float s = scale * rstd[r];
-        for (int i = 0; i < C; i++) dx[i] += s * (g[i] - (y[i] * inv_scale) * mean_dot);
+        for (int i = 0; i < C; i++) dx[i] = (accumulate ? dx[i] : 0.0f) + s * (g[i] - (y[i] * inv_scale) * mean_dot);
     }
 }
 
@@ -110,9 +112,9 @@ __global__ void __launch_bounds__(256) rmsnorm_forward_scalar_kernel(floatX* out
     if (lane == 0) rstd[row] = s;
 }
 
-// dinp (rows, C) += scale * rstd * (dout - xhat * mean(dout * xhat)), xhat = out / scale; dout, out (rows, C)
-// cached in registers between the dot pass and the update pass.
-template <int G, int MAXV>
+// dinp (rows, C) = or += (ACCUMULATE) scale * rstd * (dout - xhat * mean(dout * xhat)), xhat = out / scale;
+// dout, out (rows, C) cached in registers between the dot pass and the update pass.
+template <int G, int MAXV, bool ACCUMULATE>
 __global__ void __launch_bounds__(256) rmsnorm_backward_vec_kernel(floatX* dinp, const floatX* dout, const floatX* out,
                                                                    const float* rstd, size_t rows, int C, float scale) {
     const size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / G;
@@ -145,10 +147,10 @@ __global__ void __launch_bounds__(256) rmsnorm_backward_vec_kernel(floatX* dinp,
     for (int k = 0; k < MAXV; k++) {
         const int v = lane + k * G;
         if (v < nvec) {
-            float gf[8], yf[8], d[8];
+            float gf[8], yf[8], d[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
             unpack8(gf, gc[k]);
             unpack8(yf, yc[k]);
-            load8(d, dx + 8 * v);
+            if (ACCUMULATE) load8(d, dx + 8 * v);
 #pragma unroll
             for (int i = 0; i < 8; i++) d[i] += s * (gf[i] - (yf[i] * inv_scale) * mean_dot);
             store8(dx + 8 * v, d);
@@ -157,7 +159,8 @@ __global__ void __launch_bounds__(256) rmsnorm_backward_vec_kernel(floatX* dinp,
 }
 
 __global__ void __launch_bounds__(256) rmsnorm_backward_scalar_kernel(floatX* dinp, const floatX* dout, const floatX* out,
-                                                                      const float* rstd, size_t rows, int C, float scale) {
+                                                                      const float* rstd, size_t rows, int C, float scale,
+                                                                      bool accumulate) {
     const size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     if (row >= rows) return;
     const int lane = threadIdx.x % 32;
@@ -170,7 +173,7 @@ __global__ void __launch_bounds__(256) rmsnorm_backward_scalar_kernel(floatX* di
     const float mean_dot = dot / C, s = scale * rstd[row];
     floatX* dx = dinp + row * C;
     for (int i = lane; i < C; i += 32)
-        dx[i] = to_floatX(to_float(dx[i]) + s * (to_float(g[i]) - (to_float(y[i]) * inv_scale) * mean_dot));
+        dx[i] = to_floatX((accumulate ? to_float(dx[i]) : 0.0f) + s * (to_float(g[i]) - (to_float(y[i]) * inv_scale) * mean_dot));
 }
 
 // Launch helpers: 256 threads = 256 / G rows per block.
@@ -181,8 +184,11 @@ static inline void rmsnorm_forward_launch(floatX* out, float* rstd, const floatX
 }
 template <int G, int MAXV>
 static inline void rmsnorm_backward_launch(floatX* dinp, const floatX* dout, const floatX* out, const float* rstd,
-                                           size_t rows, int C, float scale, cudaStream_t stream) {
-    rmsnorm_backward_vec_kernel<G, MAXV><<<ceil_div((long)rows * G, 256), 256, 0, stream>>>(dinp, dout, out, rstd, rows, C, scale);
+                                           size_t rows, int C, float scale, GradWrite dinp_write, cudaStream_t stream) {
+    const int grid = ceil_div((long)rows * G, 256);
+    if (dinp_write == GRAD_ACCUMULATE)
+        rmsnorm_backward_vec_kernel<G, MAXV, true><<<grid, 256, 0, stream>>>(dinp, dout, out, rstd, rows, C, scale);
+    else rmsnorm_backward_vec_kernel<G, MAXV, false><<<grid, 256, 0, stream>>>(dinp, dout, out, rstd, rows, C, scale);
 }
 
 // the vector kernels need C % 8 == 0, 16-byte aligned rows and C <= 2048 (8 vectors per lane)
@@ -217,29 +223,32 @@ static inline void rmsnorm_forward_cuda(floatX* out, float* rstd, const floatX* 
     cudaCheckLaunch();
 }
 
-// dinp (rows, C) += the gradient through the norm, given dout, out (rows, C) and rstd (rows) of the forward
+// dinp (rows, C) = or += (dinp_write) the gradient through the norm, given dout, out (rows, C) and rstd (rows)
+// of the forward
 static inline void rmsnorm_backward_cuda(floatX* dinp, const floatX* dout, const floatX* out, const float* rstd,
-                                         size_t rows, int C, float scale, cudaStream_t stream) {
+                                         size_t rows, int C, float scale, GradWrite dinp_write,
+                                         cudaStream_t stream) {
     if (rows == 0) return;
     const int nvec = C / 8;
     if (!rmsnorm_vec_ok(C, dinp, dout, out)) {
-        rmsnorm_backward_scalar_kernel<<<ceil_div((long)rows * 32, 256), 256, 0, stream>>>(dinp, dout, out, rstd, rows, C, scale);
+        const bool accumulate = dinp_write == GRAD_ACCUMULATE;
+        rmsnorm_backward_scalar_kernel<<<ceil_div((long)rows * 32, 256), 256, 0, stream>>>(dinp, dout, out, rstd, rows, C, scale, accumulate);
     } else if (nvec <= 8) {
-        rmsnorm_backward_launch<8, 1>(dinp, dout, out, rstd, rows, C, scale, stream);
+        rmsnorm_backward_launch<8, 1>(dinp, dout, out, rstd, rows, C, scale, dinp_write, stream);
     } else if (nvec <= 16) {
-        rmsnorm_backward_launch<16, 1>(dinp, dout, out, rstd, rows, C, scale, stream);
+        rmsnorm_backward_launch<16, 1>(dinp, dout, out, rstd, rows, C, scale, dinp_write, stream);
     } else if (nvec <= 32) {
-        rmsnorm_backward_launch<32, 1>(dinp, dout, out, rstd, rows, C, scale, stream);
+        rmsnorm_backward_launch<32, 1>(dinp, dout, out, rstd, rows, C, scale, dinp_write, stream);
     } else if (nvec <= 64) {
-        rmsnorm_backward_launch<32, 2>(dinp, dout, out, rstd, rows, C, scale, stream);
+        rmsnorm_backward_launch<32, 2>(dinp, dout, out, rstd, rows, C, scale, dinp_write, stream);
     } else if (nvec <= 96) {
-        rmsnorm_backward_launch<32, 3>(dinp, dout, out, rstd, rows, C, scale, stream);
+        rmsnorm_backward_launch<32, 3>(dinp, dout, out, rstd, rows, C, scale, dinp_write, stream);
     } else if (nvec <= 128) {
-        rmsnorm_backward_launch<32, 4>(dinp, dout, out, rstd, rows, C, scale, stream);
+        rmsnorm_backward_launch<32, 4>(dinp, dout, out, rstd, rows, C, scale, dinp_write, stream);
     } else if (nvec <= 192) {
-        rmsnorm_backward_launch<32, 6>(dinp, dout, out, rstd, rows, C, scale, stream);
+        rmsnorm_backward_launch<32, 6>(dinp, dout, out, rstd, rows, C, scale, dinp_write, stream);
     } else {
-        rmsnorm_backward_launch<32, 8>(dinp, dout, out, rstd, rows, C, scale, stream);
+        rmsnorm_backward_launch<32, 8>(dinp, dout, out, rstd, rows, C, scale, dinp_write, stream);
     }
     cudaCheckLaunch();
 }

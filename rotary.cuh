@@ -1,8 +1,11 @@
 // rotary.cuh: rotary position embedding as nanochat applies it: base 1e5, half-split ("rotate half")
-// pairs (x[j], x[j + D/2]), rotation by -theta, positions counted from the start of each row.
+// pairs (x[j], x[j + D/2]), rotation by -theta, positions counted from the start of each row. Also the
+// rotary fused with the QK-norm that follows it in attention (rotary_rmsnorm_*): one pass over q and k
+// instead of two, forward and backward.
 #pragma once
 
 #include "common.h"
+#include "norm.cuh"
 
 static const float ROTARY_BASE = 100000.0f;
 
@@ -50,6 +53,22 @@ static inline void rotary_forward_cpu(float* x, const float* cos_table, const fl
 // dx (B, T, heads, D) in place
 static inline void rotary_backward_cpu(float* dx, const float* cos_table, const float* sin_table, int B, int T, int heads, int D) {
     rotary_rotate_cpu(dx, cos_table, sin_table, -1.0f, B, T, heads, D);
+}
+
+// x (B, T, heads, D) in place: the rotary, then each head vector RMS-normalised and multiplied by scale
+// (QK-norm); rstd (B, T, heads) of the rotated vectors
+static inline void rotary_rmsnorm_forward_cpu(float* x, float* rstd, const float* cos_table, const float* sin_table, int B, int T,
+                                              int heads, int D, float scale) {
+    rotary_forward_cpu(x, cos_table, sin_table, B, T, heads, D);
+    rmsnorm_forward_cpu(x, rstd, x, (size_t)B * T * heads, D, scale);
+}
+
+// dinp (B, T, heads, D) = dL/d(the rotary's input), overwritten, given dout = dL/d(the forward's output),
+// out (the forward's output) and rstd
+static inline void rotary_rmsnorm_backward_cpu(float* dinp, const float* dout, const float* out, const float* rstd, const float* cos_table,
+                                               const float* sin_table, int B, int T, int heads, int D, float scale) {
+    rmsnorm_backward_cpu(dinp, dout, out, rstd, (size_t)B * T * heads, D, scale, GRAD_OVERWRITE);
+    rotary_backward_cpu(dinp, cos_table, sin_table, B, T, heads, D);
 }
 
 // ----------------------------------------------------------------------------------------------------
@@ -119,6 +138,124 @@ static inline void rotary_forward_cuda(floatX* x, const float* cos_table, const 
 static inline void rotary_backward_cuda(floatX* dx, const float* cos_table, const float* sin_table, int B, int T, int heads,
                                         int D, cudaStream_t stream) {
     rotary_launch<true>(dx, cos_table, sin_table, B, T, heads, D, stream);
+}
+
+// ---- rotary + QK-norm, fused -----------------------------------------------------------------------------
+// A head vector of D = 16 G channels belongs to a group of G consecutive threads; thread `lane` owns the 8
+// pairs (8 lane + k, 8 lane + k + D/2), k < 8, so the rotation needs no exchange and the norm's sum is one
+// group_sum. The rotated vector stays in fp32 registers for the norm (the unfused kernels round it to bf16
+// in between). D = 64 (G = 4) and 128 (G = 8) with 16-byte aligned buffers; other shapes run the two
+// kernels above in turn.
+
+// x (rows = B T heads, D) in place: rotate by -theta, then x * rstd * scale; rstd (rows)
+template <int G>
+__global__ void __launch_bounds__(256) rotary_rmsnorm_forward_kernel(floatX* x, float* rstd, const float* cos_table,
+                                                                     const float* sin_table, int T, int heads, size_t rows,
+                                                                     float scale) {
+    constexpr int half = 8 * G, D = 16 * G;
+    const size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / G;
+    if (row >= rows) return;  // the whole group leaves together
+    const int lane = threadIdx.x % G, j0 = 8 * lane;
+    const int t = (int)((row / heads) % T);
+    floatX* p = x + row * D + j0;
+    float x1[8], x2[8], cf[8], sf[8];
+    load8(x1, p);
+    load8(x2, p + half);
+    load8(cf, cos_table + (size_t)t * half + j0);
+    load8(sf, sin_table + (size_t)t * half + j0);
+    float sumsq = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const float a = x1[k], b = x2[k];
+        x1[k] = a * cf[k] + b * sf[k];
+        x2[k] = -a * sf[k] + b * cf[k];
+        sumsq += x1[k] * x1[k] + x2[k] * x2[k];
+    }
+    sumsq = group_sum<G>(sumsq);
+    const float s = 1.0f / sqrtf(sumsq / D + RMSNORM_EPS);
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        x1[k] = scale * (x1[k] * s);
+        x2[k] = scale * (x2[k] * s);
+    }
+    store8(p, x1);
+    store8(p + half, x2);
+    if (lane == 0) rstd[row] = s;
+}
+
+// dinp (rows, D) = rotate by +theta of (scale rstd (dout - xhat mean(dout xhat))), xhat = out / scale;
+// dout, out (rows, D); dinp is only written
+template <int G>
+__global__ void __launch_bounds__(256) rotary_rmsnorm_backward_kernel(floatX* dinp, const floatX* dout, const floatX* out,
+                                                                      const float* rstd, const float* cos_table,
+                                                                      const float* sin_table, int T, int heads, size_t rows,
+                                                                      float scale) {
+    constexpr int half = 8 * G, D = 16 * G;
+    const size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / G;
+    if (row >= rows) return;
+    const int lane = threadIdx.x % G, j0 = 8 * lane;
+    const int t = (int)((row / heads) % T);
+    const size_t off = row * D + j0;
+    float g1[8], g2[8], y1[8], y2[8];
+    load8(g1, dout + off);
+    load8(g2, dout + off + half);
+    load8(y1, out + off);
+    load8(y2, out + off + half);
+    const float inv_scale = 1.0f / scale;
+    float dot = 0.0f;  // sum_i g_i xhat_i
+#pragma unroll
+    for (int k = 0; k < 8; k++) dot += g1[k] * (y1[k] * inv_scale) + g2[k] * (y2[k] * inv_scale);
+    dot = group_sum<G>(dot);
+    const float mean_dot = dot / D, s = scale * rstd[row];
+    float cf[8], sf[8];
+    load8(cf, cos_table + (size_t)t * half + j0);
+    load8(sf, sin_table + (size_t)t * half + j0);
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const float a = s * (g1[k] - (y1[k] * inv_scale) * mean_dot), b = s * (g2[k] - (y2[k] * inv_scale) * mean_dot);
+        g1[k] = a * cf[k] - b * sf[k];  // the transpose rotation: sin negated
+        g2[k] = a * sf[k] + b * cf[k];
+    }
+    store8(dinp + off, g1);
+    store8(dinp + off + half, g2);
+}
+
+static inline bool rotary_rmsnorm_fused_ok(int D, const void* a, const void* b, const void* c, const void* d, const void* e) {
+    return (D == 64 || D == 128) && aligned16(a) && aligned16(b) && aligned16(c) && aligned16(d) && aligned16(e);
+}
+
+// x (B, T, heads, D) in place: rotary, then QK-norm (rmsnorm times scale); rstd (B, T, heads)
+static inline void rotary_rmsnorm_forward_cuda(floatX* x, float* rstd, const float* cos_table, const float* sin_table, int B, int T,
+                                               int heads, int D, float scale, cudaStream_t stream) {
+    const size_t rows = (size_t)B * T * heads;
+    if (rows == 0) return;
+    if (!rotary_rmsnorm_fused_ok(D, x, x, x, cos_table, sin_table)) {
+        rotary_forward_cuda(x, cos_table, sin_table, B, T, heads, D, stream);
+        rmsnorm_forward_cuda(x, rstd, x, rows, D, scale, stream);
+        return;
+    }
+    const int G = D / 16, grid = ceil_div((long)rows * G, 256);
+    if (G == 4) rotary_rmsnorm_forward_kernel<4><<<grid, 256, 0, stream>>>(x, rstd, cos_table, sin_table, T, heads, rows, scale);
+    else rotary_rmsnorm_forward_kernel<8><<<grid, 256, 0, stream>>>(x, rstd, cos_table, sin_table, T, heads, rows, scale);
+    cudaCheckLaunch();
+}
+
+// dinp (B, T, heads, D) = dL/d(the rotary's input), overwritten; dout, out (B, T, heads, D), rstd of the forward
+static inline void rotary_rmsnorm_backward_cuda(floatX* dinp, const floatX* dout, const floatX* out, const float* rstd,
+                                                const float* cos_table, const float* sin_table, int B, int T, int heads, int D,
+                                                float scale, cudaStream_t stream) {
+    const size_t rows = (size_t)B * T * heads;
+    if (rows == 0) return;
+    if (!rotary_rmsnorm_fused_ok(D, dinp, dout, out, cos_table, sin_table)) {
+        rmsnorm_backward_cuda(dinp, dout, out, rstd, rows, D, scale, GRAD_OVERWRITE, stream);
+        rotary_backward_cuda(dinp, cos_table, sin_table, B, T, heads, D, stream);
+        return;
+    }
+    const int G = D / 16, grid = ceil_div((long)rows * G, 256);
+    if (G == 4)
+        rotary_rmsnorm_backward_kernel<4><<<grid, 256, 0, stream>>>(dinp, dout, out, rstd, cos_table, sin_table, T, heads, rows, scale);
+    else rotary_rmsnorm_backward_kernel<8><<<grid, 256, 0, stream>>>(dinp, dout, out, rstd, cos_table, sin_table, T, heads, rows, scale);
+    cudaCheckLaunch();
 }
 
 #endif  // __CUDACC__

@@ -125,6 +125,38 @@ static std::map<int, std::string> train_losses(const std::string& metrics) {
     return out;
 }
 
+// The XSA diagnostics (gpt_diagnostics) of the reference batch against the reference's diag.* tensors,
+// which make_refs.py computes from the PyTorch model's own q, k, v, y, z: the worst layer's absolute error
+// of each statistic (cosines can be near 0) against tol_of(reference, statistic).
+template <typename Tol>
+static void check_diagnostics(const std::string& path, const char* backend, Tol tol_of) {
+    SafetensorsFile ref = safetensors_read(path);
+    GPTConfig c = config_from_metadata(ref);
+    const int B = std::stoi(ref.meta("batch")), T = c.seq_len;
+    const size_t N = (size_t)B * T;
+    GPT model;
+    gpt_build(&model, c);
+    gpt_load_weights(&model, ref);
+    gpt_forward(&model, ref.get_i32("idx", N), ref.get_i32("targets", N), B, T);
+    const Diagnostics d = gpt_diagnostics(&model);
+    gpt_free(&model);
+    const std::pair<std::string, const std::vector<double>*> stats[] = {
+        {"cos_yv", &d.cos_yv}, {"cos_zv", &d.cos_zv}, {"self_weight", &d.self_weight}};
+    bool ok = true;
+    std::string detail;
+    for (const auto& s : stats) {
+        const float* want = ref.get_f32("diag." + s.first, c.n_layer);
+        double err = (int)s.second->size() == c.n_layer ? 0.0 : INFINITY;
+        for (int l = 0; l < c.n_layer && std::isfinite(err); l++) err = std::max(err, fabs((*s.second)[l] - want[l]));
+        const double tol = tol_of(ref, s.first);
+        ok &= err <= tol;
+        char buf[96];
+        snprintf(buf, sizeof buf, "%s%s %.1e (<= %.1e)", detail.empty() ? "" : ", ", s.first.c_str(), err, tol);
+        detail += buf;
+    }
+    check(ok, "%s%s: XSA diagnostics per layer vs the reference, worst absolute error: %s", backend, path.c_str(), detail.c_str());
+}
+
 #ifndef __CUDACC__  // the CPU backend's suite; the CUDA build's is at the end of the file
 
 // ----------------------------------------------------------------------------------------------------
@@ -311,6 +343,11 @@ static void test_alpha_one_orthogonal(const std::string& path) {
           path.c_str(), worst, ORTHOGONAL_TOL);
     gpt_free(&model);
 }
+
+// ----------------------------------------------------------------------------------------------------
+// 4b. The XSA diagnostics against the reference's, 1e-5 absolute (fp32 cosines and softmax weights)
+
+static const double DIAGNOSTICS_TOL = 1e-5;
 
 // ----------------------------------------------------------------------------------------------------
 // 5. Parameter counts and FLOPs/token against the values published in ../shared/spec/nanochat.md 1.8
@@ -846,6 +883,8 @@ static void test_cli_resume() {
           same_weights ? "bit-identical" : "DIFFER", same_losses ? "identical" : "DIFFER", no_duplicates ? "yes" : "NO");
     // resuming with another optimizer setting is refused
     test_cli_rejects(std::string(TINY) + " -n 6 -x 1 --matrix-lr 0.03 --resume /tmp/xsa_cli_a", "resume with the same model and optimizer flags");
+    // and so is another micro-batch (it changes which documents each step sees)
+    test_cli_rejects(std::string(TINY) + " -n 6 -x 1 -b 1 --resume /tmp/xsa_cli_a", "resume with -b 2");
     system("rm -rf /tmp/xsa_cli_a /tmp/xsa_cli_b");
 }
 
@@ -1083,6 +1122,7 @@ int main() {
     for (const std::string& f : files) test_alpha_zero_identity(f);
     for (const std::string& f : files)
         if (f.find("xsa") != std::string::npos || f.find("gqa") != std::string::npos) test_alpha_one_orthogonal(f);
+    for (const std::string& f : files) check_diagnostics(f, "", [](const SafetensorsFile&, const std::string&) { return DIAGNOSTICS_TOL; });
 
     test_xsa_finite_differences(4, 4, 1.0);
     test_xsa_finite_differences(4, 2, 0.5);
@@ -1121,6 +1161,8 @@ int main() {
     test_cli_preset("-d 24 --head-dim 128", "depth 24, dim 1536, heads 12 (kv 12) x 128");
     test_cli_preset("-d 6", "depth 6, dim 384, heads 6 (kv 6) x 64");
     test_cli_preset("-d 12 -x 1 --xsa-layers last:3", "XSA: alpha 1 on layers 9,10,11");
+    test_cli_preset("-d 12", "batch: 4 rows per micro-batch (the default");  // the CPU default
+    test_cli_preset("-d 12 -t 1024 -B 2048", "batch: 2 rows per micro-batch (the default");  // 4 would not divide the total batch
     test_cli_resume();
     test_cli_bad_data();
     test_cli_rejects("--bogus 1", "unknown option");
@@ -1152,6 +1194,9 @@ int main() {
 // floor: logits land near 1e-2, matrices' gradients near 2e-2, and the scalar lambdas' gradients, sums
 // with heavy cancellation, anywhere up to tens of percent; a real bug costs far more on the matrices.
 static const double CUDA_LOSS_TOL = 1e-2, CUDA_LOGITS_TOL = 1e-2, CUDA_GRAD_TOL = 2e-2;
+// the diagnostics (absolute): bf16 storage of y, z, v, q, k moves them by 2e-4..4e-3 (tol_bf16.diag.*);
+// a wrong head, window or position moves them by 1e-2 and more
+static const double CUDA_DIAG_TOL = 1e-3;
 
 static double cuda_tolerance(const SafetensorsFile& ref, const std::string& what, double fixed) {
     return std::max(fixed, (double)ref.get_f32("tol_bf16." + what, 1)[0]);
@@ -1368,6 +1413,8 @@ int main() {
     for (const std::string& f : files)
         if (f.find("xsa") != std::string::npos) cuda_test_fused_matches_unfused(f);
     for (const std::string& f : files) cuda_test_graph_replay(f);
+    for (const std::string& f : files)
+        check_diagnostics(f, "CUDA ", [](const SafetensorsFile& ref, const std::string& stat) { return cuda_tolerance(ref, "diag." + stat, CUDA_DIAG_TOL); });
     printf("%d passed, %d failed\n", g_passed, g_failed);
     return g_failed == 0 ? 0 : 1;
 }

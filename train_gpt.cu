@@ -566,7 +566,8 @@ static void gpt_ensure_acts(GPT* model, int B, int T) {
 // Makes idx (B, T) and targets (B, T; null for inference) the batch of the next forward: checks the ids,
 // lays the activations out, uploads the ids (asynchronously on CUDA) and prepares the embedding backward.
 static void gpt_set_batch(GPT* model, const int* idx, const int* targets, int B, int T) {
-    const int V = model->config.vocab_size;
+    const GPTConfig& c = model->config;
+    const int V = c.vocab_size;
     const size_t N = (size_t)B * T;
     for (size_t n = 0; n < N; n++) {
         if (idx[n] < 0 || idx[n] >= V) fail("input token id %d at position %zu is outside the vocabulary [0, %d)", idx[n], n, V);
@@ -575,7 +576,7 @@ static void gpt_set_batch(GPT* model, const int* idx, const int* targets, int B,
     }
     gpt_ensure_acts(model, B, T);
     backend_upload_batch(model->acts.idx, model->acts.targets, idx, targets, N);
-    embedding_prepare_backward(idx, N);
+    embedding_prepare_backward(idx, N, std::max(c.n_embd, c.n_kv_head * c.head_dim));  // wte or the value embeddings
 }
 
 // The forward of the batch set last, enqueued on the backend (no host work: a CUDA graph can hold it).
@@ -607,19 +608,15 @@ static void gpt_forward_pass(GPT* model, bool with_targets) {
         matmul_forward(la.k, la.h, mm(lw.c_k), N, C, kvd);
         matmul_forward(la.v, la.h, mm(lw.c_v), N, C, kvd);
         if (layer_has_ve(c, l)) value_embed_forward(la.v, la.ve_gate, la.h, lw.ve_gate, lw.value_embed, a.idx, N, C, Hkv, D);
-        rotary_forward(la.q, model->rope_cos, model->rope_sin, B, T, H, D);
-        rotary_forward(la.k, model->rope_cos, model->rope_sin, B, T, Hkv, D);
-        rmsnorm_forward(la.q, la.q_rstd, la.q, N * H, D, QK_SCALE);
-        rmsnorm_forward(la.k, la.k_rstd, la.k, N * Hkv, D, QK_SCALE);
+        rotary_rmsnorm_forward(la.q, la.q_rstd, model->rope_cos, model->rope_sin, B, T, H, D, QK_SCALE);
+        rotary_rmsnorm_forward(la.k, la.k_rstd, model->rope_cos, model->rope_sin, B, T, Hkv, D, QK_SCALE);
         attention_xsa_forward(la.z, la.y, la.lse, la.q, la.k, la.v, B, T, H, Hkv, D, layer_window(c, l), layer_has_xsa(c, l), c.xsa_alpha);
-        matmul_forward(la.x_attn, la.z, mm(lw.c_proj), N, qd, C);
-        add_inplace(la.x_attn, la.x_mix, N * C);
+        matmul_forward_add(la.x_attn, la.z, mm(lw.c_proj), la.x_mix, N, qd, C);
         // MLP branch
         rmsnorm_forward(la.h2, la.rstd2, la.x_attn, N, C, 1.0f);
         matmul_forward(la.fc, la.h2, mm(lw.c_fc), N, C, 4 * C);
         relu2_forward(la.act, la.fc, N * 4 * C);
-        matmul_forward(la.x_out, la.act, mm(lw.mlp_proj), N, 4 * C, C);
-        add_inplace(la.x_out, la.x_attn, N * C);
+        matmul_forward_add(la.x_out, la.act, mm(lw.mlp_proj), la.x_attn, N, 4 * C, C);
         x = la.x_out;
     }
 
@@ -658,17 +655,14 @@ static void gpt_backward(GPT* model, float grad_scale) {
     const int qd = H * D, kvd = Hkv * D;
     const int backout_layer = c.n_layer / 2;
     auto mm = [&](const float* master) { return model->params_mm + (master - model->params); };
-    auto zero = [&](floatX* p, size_t n) { backend_zero(p, n * sizeof(floatX)); };
 
     // loss -> logits -> final norm -> backout
     softcap_crossentropy_backward(a.logits, a.targets, N, V, SOFTCAP, grad_scale / (float)N);
-    zero(a.d_h, N * C);
-    matmul_backward(a.d_h, g.lm_head, a.logits, a.x_final, mm(w.lm_head), N, C, V);
-    zero(a.d_backout, N * C);
-    rmsnorm_backward(a.d_backout, a.d_h, a.x_final, a.rstd_f, N, C, 1.0f);
+    matmul_backward(a.d_h, g.lm_head, a.logits, a.x_final, mm(w.lm_head), N, C, V, GRAD_OVERWRITE);
+    rmsnorm_backward(a.d_backout, a.d_h, a.x_final, a.rstd_f, N, C, 1.0f, GRAD_OVERWRITE);
     dot_accumulate(g.backout_lambda, -1.0f, a.d_backout, a.layer[backout_layer].x_out, N * C);
     backend_copy(a.d_res, a.d_backout, N * C * sizeof(floatX));
-    zero(a.d_x0, N * C);
+    backend_zero(a.d_x0, N * C * sizeof(floatX));  // every layer's lambda mix adds to it
 
     for (int l = c.n_layer - 1; l >= 0; l--) {
         const LayerWeights& lw = w.h[l];
@@ -678,33 +672,25 @@ static void gpt_backward(GPT* model, float grad_scale) {
         if (l == backout_layer) scaled_add(a.d_res, w.backout_lambda, -1.0f, a.d_backout, N * C);
 
         // MLP branch: x_out = x_attn + relu(h2 Wfc^T)^2 Wmlp^T
-        zero(a.d_fc, N * 4 * C);
-        matmul_backward(a.d_fc, lg.mlp_proj, a.d_res, la.act, mm(lw.mlp_proj), N, 4 * C, C);
+        matmul_backward(a.d_fc, lg.mlp_proj, a.d_res, la.act, mm(lw.mlp_proj), N, 4 * C, C, GRAD_OVERWRITE);
         relu2_backward(a.d_fc, a.d_fc, la.fc, N * 4 * C);
-        zero(a.d_h, N * C);
-        matmul_backward(a.d_h, lg.c_fc, a.d_fc, la.h2, mm(lw.c_fc), N, C, 4 * C);
-        rmsnorm_backward(a.d_res, a.d_h, la.h2, la.rstd2, N, C, 1.0f);  // d_res: dL/dx_attn
+        matmul_backward(a.d_h, lg.c_fc, a.d_fc, la.h2, mm(lw.c_fc), N, C, 4 * C, GRAD_OVERWRITE);
+        rmsnorm_backward(a.d_res, a.d_h, la.h2, la.rstd2, N, C, 1.0f, GRAD_ACCUMULATE);  // d_res: dL/dx_attn
 
         // attention branch: x_attn = x_mix + z Wproj^T
-        zero(a.d_y, N * qd);
-        matmul_backward(a.d_y, lg.c_proj, a.d_res, la.z, mm(lw.c_proj), N, qd, C);  // d_y holds dL/dz
+        matmul_backward(a.d_y, lg.c_proj, a.d_res, la.z, mm(lw.c_proj), N, qd, C, GRAD_OVERWRITE);  // d_y holds dL/dz
         attention_xsa_backward(a.d_q, a.d_k, a.d_v, a.d_y, la.q, la.k, la.v, la.y, la.lse, B, T, H, Hkv, D, layer_window(c, l),
                                layer_has_xsa(c, l), c.xsa_alpha);
-        zero(a.d_q_rot, N * qd);
-        zero(a.d_k_rot, N * kvd);
-        rmsnorm_backward(a.d_q_rot, a.d_q, la.q, la.q_rstd, N * H, D, QK_SCALE);
-        rmsnorm_backward(a.d_k_rot, a.d_k, la.k, la.k_rstd, N * Hkv, D, QK_SCALE);
-        rotary_backward(a.d_q_rot, model->rope_cos, model->rope_sin, B, T, H, D);
-        rotary_backward(a.d_k_rot, model->rope_cos, model->rope_sin, B, T, Hkv, D);
-        zero(a.d_h, N * C);
-        if (layer_has_ve(c, l)) {
+        rotary_rmsnorm_backward(a.d_q_rot, a.d_q, la.q, la.q_rstd, model->rope_cos, model->rope_sin, B, T, H, D, QK_SCALE);
+        rotary_rmsnorm_backward(a.d_k_rot, a.d_k, la.k, la.k_rstd, model->rope_cos, model->rope_sin, B, T, Hkv, D, QK_SCALE);
+        matmul_backward(a.d_h, lg.c_q, a.d_q_rot, la.h, mm(lw.c_q), N, C, qd, GRAD_OVERWRITE);
+        matmul_backward(a.d_h, lg.c_k, a.d_k_rot, la.h, mm(lw.c_k), N, C, kvd, GRAD_ACCUMULATE);
+        matmul_backward(a.d_h, lg.c_v, a.d_v, la.h, mm(lw.c_v), N, C, kvd, GRAD_ACCUMULATE);
+        if (layer_has_ve(c, l)) {  // after the matmuls: it adds the gate's gradient to d_h[:, :12]
             value_embed_backward(a.d_ve, a.d_h, lg.ve_gate, a.d_v, la.ve_gate, la.h, lw.ve_gate, lw.value_embed, a.idx, N, C, Hkv, D);
             embedding_backward(lg.value_embed, a.idx, a.d_ve, N, kvd);
         }
-        matmul_backward(a.d_h, lg.c_q, a.d_q_rot, la.h, mm(lw.c_q), N, C, qd);
-        matmul_backward(a.d_h, lg.c_k, a.d_k_rot, la.h, mm(lw.c_k), N, C, kvd);
-        matmul_backward(a.d_h, lg.c_v, a.d_v, la.h, mm(lw.c_v), N, C, kvd);
-        rmsnorm_backward(a.d_res, a.d_h, la.h, la.rstd1, N, C, 1.0f);  // d_res: dL/dx_mix
+        rmsnorm_backward(a.d_res, a.d_h, la.h, la.rstd1, N, C, 1.0f, GRAD_ACCUMULATE);  // d_res: dL/dx_mix
 
         // x_mix = resid_lambda * x_in + x0_lambda * x0; afterwards d_res: dL/dx_in
         const floatX* x_in = l == 0 ? a.x0 : a.layer[l - 1].x_out;
@@ -715,12 +701,11 @@ static void gpt_backward(GPT* model, float grad_scale) {
     // smear, embedding norm, wte
     floatX* d_emb_norm = a.d_x0;
     if (c.smear) {
-        zero(a.d_res, N * C);
+        backend_zero(a.d_res, N * C * sizeof(floatX));
         smear_backward(a.d_res, g.smear_gate, g.smear_lambda, a.d_x0, a.emb_norm, a.smear_logit, w.smear_gate, w.smear_lambda, B, T, C);
         d_emb_norm = a.d_res;
     }
-    zero(a.d_h, N * C);
-    rmsnorm_backward(a.d_h, d_emb_norm, a.emb_norm, a.emb_rstd, N, C, 1.0f);
+    rmsnorm_backward(a.d_h, d_emb_norm, a.emb_norm, a.emb_rstd, N, C, 1.0f, GRAD_OVERWRITE);
     embedding_backward(g.wte, a.idx, a.d_h, N, C);
 }
 
@@ -1045,13 +1030,54 @@ static void bpb_accumulate(double* nats, double* bytes, const float* losses, con
     }
 }
 
+// The attention similarity diagnostics of spec xsa.md, per layer, from the activations of the last forward:
+// the mean over heads and tokens t >= 1 of cos(y, v) (attention output and the token's own value, before
+// XSA), cos(z, v) (after XSA; equal to cos(y, v) on layers without it) and the attention weight a token puts
+// on itself. The kernels leave 3 sums per token; the host adds them in double. Empty when T = 1.
+struct Diagnostics {
+    std::vector<double> cos_yv, cos_zv, self_weight;
+};
+
+static Diagnostics gpt_diagnostics(const GPT* model) {
+    const GPTConfig& c = model->config;
+    const int B = model->B, T = model->T, H = c.n_head;
+    Diagnostics d;
+    if (T < 2) return d;
+    const size_t N = (size_t)B * T;
+    float* sums = (float*)backend_malloc(N * 3 * sizeof(float), "diagnostics");
+    std::vector<float> host(N * 3);
+    for (int l = 0; l < c.n_layer; l++) {
+        const LayerActs& la = model->acts.layer[l];
+        xsa_diagnostics(sums, la.y, la.z, la.v, la.q, la.k, la.lse, B, T, H, c.n_kv_head, c.head_dim);
+        backend_download(host.data(), sums, host.size() * sizeof(float));
+        double total[3] = {0.0, 0.0, 0.0};
+        for (size_t n = 0; n < N; n++)
+            if (n % T != 0)
+                for (int k = 0; k < 3; k++) total[k] += host[n * 3 + k];
+        const double count = (double)B * (T - 1) * H;
+        d.cos_yv.push_back(total[0] / count);
+        d.cos_zv.push_back(total[1] / count);
+        d.self_weight.push_back(total[2] / count);
+    }
+    backend_free(sums);
+    return d;
+}
+
+static double mean_of(const std::vector<double>& v) {
+    double s = 0.0;
+    for (double x : v) s += x;
+    return v.empty() ? NAN : s / v.size();
+}
+
 // bpb = total nats / (ln 2 * total bytes) over `steps` batches of a fresh pass over the validation data.
-static double evaluate_bpb(GPT* model, DataLoader* val, const Tokenizer* tok, int steps) {
+// With diag, also the diagnostics of the first batch.
+static double evaluate_bpb(GPT* model, DataLoader* val, const Tokenizer* tok, int steps, Diagnostics* diag) {
     dataloader_reset(val);
     double nats = 0.0, bytes = 0.0;
     for (int s = 0; s < steps; s++) {
         dataloader_next_batch(val);
         gpt_forward(model, val->inputs.data(), val->targets.data(), val->B, val->T);
+        if (s == 0 && diag) *diag = gpt_diagnostics(model);
         bpb_accumulate(&nats, &bytes, model->losses_host.data(), val->targets.data(), (size_t)val->B * val->T, tok->token_bytes);
     }
     if (bytes == 0.0) fail("the validation batches hold no byte-bearing tokens; bits per byte is undefined");
@@ -1215,6 +1241,7 @@ static void save_checkpoint(const std::string& path, const GPT* model, const Opt
     meta["format"] = CHECKPOINT_FORMAT;
     meta["step"] = std::to_string(loop.step);
     meta["optimizer_step"] = std::to_string(opt->step);
+    meta["batch"] = std::to_string(train->B);  // the rows per micro-batch decide the data order
     snprintf(buf, sizeof buf, "%.17g", loop.smooth_loss);
     meta["smooth_loss"] = buf;
     snprintf(buf, sizeof buf, "%.17g", loop.train_ms);
@@ -1242,6 +1269,9 @@ static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt,
         if (f.metadata.count(kv.first) == 0 || f.meta(kv.first) != kv.second)
             fail("'%s' was written with %s = %s, but this run has %s = %s; resume with the same model and optimizer flags", path.c_str(),
                  kv.first.c_str(), f.metadata.count(kv.first) ? f.meta(kv.first).c_str() : "(missing)", kv.first.c_str(), kv.second.c_str());
+    if (f.metadata.count("batch") && std::stoi(f.meta("batch")) != train->B)
+        fail("'%s' was written with %s rows per micro-batch, this run has %d; resume with -b %s (the rows decide the data order)",
+             path.c_str(), f.meta("batch").c_str(), train->B, f.meta("batch").c_str());
     gpt_load_weights(model, f);
     backend_upload(opt->state, f.get_f32("optimizer.state", opt->state_floats), opt->state_floats * sizeof(float));
     opt->step = std::stoi(f.meta("optimizer_step"));
@@ -1302,7 +1332,8 @@ static void print_usage() {
         "  --momentum-warmup-steps N  Muon momentum 0.85 -> 0.97 over N steps (400)\n"
         "  --param-data-ratio F   training tokens per scaling parameter: the horizon and the WD transfer (12)\n"
         "Training\n"
-        "  -b, --batch N          rows per micro-batch (default 4)\n"
+        "  -b, --batch N          rows per micro-batch (default: CUDA the largest of 32, 16, .., 1 rows that\n"
+        "                         divides the total batch and fits in 85%% of the GPU's memory; CPU 4)\n"
         "  -B, --total-batch N    tokens per optimizer step, a multiple of batch x seq-len (default: nanochat's\n"
         "                         rule, 2^19 at d12, scaled with model size)\n"
         "  -n, --steps N          optimizer steps (default: param-data-ratio x scaling params / total batch;\n"
@@ -1331,7 +1362,7 @@ struct Args {
     std::string tokenizer_path = "dev/data/devil/tokenizer.bin";
     std::string output_dir, resume_dir, init_from, export_path;
     int vocab = -1;  // -1: the tokenizer's
-    int batch = 4;
+    int batch = -1;  // -1: default_batch
     int steps = -1;
     uint64_t seed = 42;
     int eval_every = 250;
@@ -1413,7 +1444,7 @@ static Args parse_args(int argc, char** argv) {
         else fail("unknown option '%s' (see --help)", f);
     }
     if (depth < 1 || depth > 1024) fail("--depth must be in [1, 1024], got %d", depth);
-    if (args.batch < 1) fail("--batch must be >= 1, got %d", args.batch);
+    if (args.batch < 1 && args.batch != -1) fail("--batch must be >= 1, got %d", args.batch);
     if (args.steps < -1) fail("--steps must be >= 0, got %d", args.steps);
     if (args.eval_every < 1) fail("--eval-every must be >= 1, got %d", args.eval_every);
     if (args.eval_tokens < 1) fail("--eval-tokens must be >= 1, got %ld", args.eval_tokens);
@@ -1464,13 +1495,45 @@ static Args parse_args(int argc, char** argv) {
     return args;
 }
 
+// What the backend allocates for a model and a (B, seq_len) micro-batch, in bytes: fp32 masters and
+// gradients, the matmuls' bf16 copy (CUDA), optimizer state (AdamW: 2 floats per parameter; Muon: 1 per
+// parameter + 1 per row or column) and the activations.
+struct MemoryPlan {
+    double params, grads, matmul_copy, optimizer, acts;
+    double total() const { return params + grads + matmul_copy + optimizer + acts; }
+};
+
+static MemoryPlan memory_plan(const GPTConfig& c, int B) {
+    const ParamCounts pc = count_params(c);
+    Acts layout;
+    Carver count{nullptr, 0};
+    carve_acts(&layout, &count, c, B, c.seq_len);
+    size_t optimizer_floats = 0;
+    for (const ParamTensor& t : param_table(c))
+        optimizer_floats += param_group(t.name) == GROUP_MATRIX ? t.numel + normuon_state_size((int)t.shape[0], (int)t.shape[1]) : 2 * t.numel;
+    const double matmul_copy = sizeof(floatX) == sizeof(float) ? 0.0 : pc.total * (double)sizeof(floatX);
+    return {pc.total * 4.0, pc.total * 4.0, matmul_copy, optimizer_floats * 4.0, (double)count.used};
+}
+
+// The micro-batch rows when -b is not given. CUDA: the largest of 32 (nanochat's device batch), 16, .., 1
+// rows that divides the total batch and whose memory plan fits in 85% of the device (the rest: scratch,
+// cuBLASLt's workspace, the CUDA context). The plan counts XSA's buffers on every layer whether XSA is on
+// or not, so a baseline and its XSA run get the same rows, hence the same data order and validation set.
+// CPU: the largest of 4, 2, 1 that divides the total batch.
+static int default_batch(const GPTConfig& c, long total_batch) {
+    const double device_bytes = (double)backend_device_memory();
+    GPTConfig with_xsa = c;
+    with_xsa.xsa_layer.assign(c.n_layer, true);
+    for (int B = device_bytes > 0 ? 32 : 4; B > 1; B /= 2)
+        if (total_batch % ((long)B * c.seq_len) == 0 && (device_bytes == 0 || memory_plan(with_xsa, B).total() <= 0.85 * device_bytes))
+            return B;
+    return 1;
+}
+
 // The model summary, from the configuration alone (nothing is allocated yet, so -n 0 can show the size
 // of any model on any machine).
 static void print_model(const GPTConfig& c, int B) {
     ParamCounts pc = count_params(c);
-    Acts layout;
-    Carver count{nullptr, 0};
-    carve_acts(&layout, &count, c, B, c.seq_len);
     printf("model: depth %d, dim %d, heads %d (kv %d) x %d, vocab %d (padded %d), T %d\n", c.n_layer, c.n_embd, c.n_head,
            c.n_kv_head, c.head_dim, c.vocab_size, c.padded_vocab, c.seq_len);
     std::string windows;
@@ -1480,16 +1543,11 @@ static void print_model(const GPTConfig& c, int B) {
     printf("parameters: wte %zu | value_embeds %zu | lm_head %zu | transformer matrices %zu | scalars %zu | total %zu\n",
            pc.wte, pc.value_embeds, pc.lm_head, pc.transformer_matrices, pc.scalars, pc.total);
     printf("scaling parameters (matrices + lm_head): %zu | FLOPs/token (6N + attention): %.4e\n", pc.scaling, flops_per_token(c));
-    // the plan of what the backend allocates: fp32 masters and gradients, the matmuls' bf16 copy (CUDA),
-    // optimizer state (AdamW: 2 floats per parameter; Muon: 1 per parameter + 1 per row or column), activations
+    const MemoryPlan m = memory_plan(c, B);
     const double MiB = 1 << 20;
-    size_t optimizer_floats = 0;
-    for (const ParamTensor& t : param_table(c))
-        optimizer_floats += param_group(t.name) == GROUP_MATRIX ? t.numel + normuon_state_size((int)t.shape[0], (int)t.shape[1]) : 2 * t.numel;
-    const size_t matmul_copy = sizeof(floatX) == sizeof(float) ? 0 : pc.total * sizeof(floatX);
     printf("memory plan: parameters %.1f MiB, gradients %.1f MiB, bf16 copy %.1f MiB, optimizer state %.1f MiB (Muon), "
-           "activations for B=%d %.1f MiB\n", pc.total * 4.0 / MiB, pc.total * 4.0 / MiB, matmul_copy / MiB, optimizer_floats * 4.0 / MiB, B,
-           count.used / MiB);
+           "activations for B=%d %.1f MiB; total %.1f MiB\n", m.params / MiB, m.grads / MiB, m.matmul_copy / MiB, m.optimizer / MiB, B,
+           m.acts / MiB, m.total() / MiB);
 }
 
 static void print_plan(const TrainingPlan& plan, int accum) {
@@ -1569,12 +1627,12 @@ int main(int argc, char** argv) {
     c.vocab_size = tok.vocab_size;
     c.padded_vocab = padded_vocab_size(tok.vocab_size);
     validate_config(c);
-    const int B = args.batch, T = c.seq_len;
-    const long micro_tokens = (long)B * T;
-
     OptimArgs optim_args = args.optim;
     optim_args.num_iterations = args.steps;  // -1: the horizon rule
     TrainingPlan plan = plan_training(c, optim_args);
+    const int B = args.batch > 0 ? args.batch : default_batch(c, plan.total_batch), T = c.seq_len;
+    const long micro_tokens = (long)B * T;
+    if (args.batch < 0) printf("batch: %d rows per micro-batch (the default for this model and device; -b to set)\n", B);
     if (plan.total_batch % micro_tokens != 0)
         fail("the total batch of %ld tokens is not a multiple of batch x seq-len = %d x %d (set -B or -b)", plan.total_batch, B, T);
     const int accum = (int)(plan.total_batch / micro_tokens);
@@ -1652,10 +1710,25 @@ int main(int argc, char** argv) {
         const bool resumed_here = step == first_step && !args.resume_dir.empty();  // already done before the checkpoint
         if (!resumed_here && (last || step % args.eval_every == 0)) {
             double t0 = wall_ms();
-            double bpb = evaluate_bpb(&model, &val, &tok, eval_steps);
+            Diagnostics diag;
+            double bpb = evaluate_bpb(&model, &val, &tok, eval_steps, &diag);
             printf("step %d/%d | val bpb %.6f | %.1f s\n", step, num_steps, bpb, (wall_ms() - t0) / 1000.0);
+            if (!diag.cos_yv.empty())
+                printf("step %d/%d | layer means: cos(y, v) %.4f -> cos(z, v) %.4f after XSA | self weight %.4f\n", step, num_steps,
+                       mean_of(diag.cos_yv), mean_of(diag.cos_zv), mean_of(diag.self_weight));
             if (metrics) {
                 fprintf(metrics, "{\"step\": %d, \"kind\": \"eval\", \"val_bpb\": %.8f, \"eval_tokens\": %ld}\n", step, bpb, (long)eval_steps * micro_tokens);
+                if (!diag.cos_yv.empty()) {
+                    fprintf(metrics, "{\"step\": %d, \"kind\": \"diag\"", step);
+                    const std::pair<const char*, const std::vector<double>*> series[] = {
+                        {"cos_yv", &diag.cos_yv}, {"cos_zv", &diag.cos_zv}, {"self_weight", &diag.self_weight}};
+                    for (const auto& s : series) {
+                        fprintf(metrics, ", \"%s\": [", s.first);
+                        for (size_t l = 0; l < s.second->size(); l++) fprintf(metrics, "%s%.6f", l ? ", " : "", (*s.second)[l]);
+                        fprintf(metrics, "]");
+                    }
+                    fprintf(metrics, "}\n");
+                }
                 fflush(metrics);
             }
         }

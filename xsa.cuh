@@ -70,6 +70,45 @@ static inline void xsa_backward_cpu(real* dy, real* dv, const real* dz, const re
 }
 
 // ----------------------------------------------------------------------------------------------------
+// Diagnostics (spec xsa.md, "attention similarity bias"): how much each head's output points along the
+// token's own value, before and after XSA, and how much attention a token pays itself. Per token n (b, t):
+//   out[n][0] = sum_h cos(y[n,h], v[n,h/g]),  out[n][1] = sum_h cos(z[n,h], v[n,h/g]),
+//   out[n][2] = sum_h a_tt(h) = sum_h exp(q[n,h].k[n,h/g] / sqrt(D) - lse[b,h,t])   (the diagonal of softmax)
+// with g = H / Hkv and cos(a, b) = a.b / (|a| |b|), 0 when |a| |b| = 0. The caller averages over heads and
+// over tokens t >= 1 (at t = 0, y = v). y, z, q (B*T, H, D); v, k (B*T, Hkv, D) of the same layer, the
+// forward's saved activations; lse (B, H, T); out (B*T, 3).
+
+static inline float cosine_of(double ab, double aa, double bb) { return aa * bb > 0.0 ? (float)(ab / sqrt(aa * bb)) : 0.0f; }
+
+static inline void xsa_diagnostics_cpu(float* out, const float* y, const float* z, const float* v, const float* q, const float* k,
+                                       const float* lse, int B, int T, int H, int Hkv, int D) {
+    const int group = H / Hkv;
+    const double scale = 1.0 / sqrt((double)D);
+#pragma omp parallel for schedule(static)
+    for (long n = 0; n < (long)B * T; n++) {
+        const long b = n / T, t = n % T;
+        double sums[3] = {0.0, 0.0, 0.0};
+        for (int h = 0; h < H; h++) {
+            const float* yr = y + ((size_t)n * H + h) * D;
+            const float* zr = z + ((size_t)n * H + h) * D;
+            const float* qr = q + ((size_t)n * H + h) * D;
+            const float* vr = v + ((size_t)n * Hkv + h / group) * D;
+            const float* kr = k + ((size_t)n * Hkv + h / group) * D;
+            double yv = 0, yy = 0, zv = 0, zz = 0, vv = 0, qk = 0;
+            for (int d = 0; d < D; d++) {
+                yv += (double)yr[d] * vr[d], yy += (double)yr[d] * yr[d];
+                zv += (double)zr[d] * vr[d], zz += (double)zr[d] * zr[d];
+                vv += (double)vr[d] * vr[d], qk += (double)qr[d] * kr[d];
+            }
+            sums[0] += cosine_of(yv, yy, vv);
+            sums[1] += cosine_of(zv, zz, vv);
+            sums[2] += exp(qk * scale - lse[((size_t)b * H + h) * T + t]);
+        }
+        for (int c = 0; c < 3; c++) out[(size_t)n * 3 + c] = (float)sums[c];
+    }
+}
+
+// ----------------------------------------------------------------------------------------------------
 // CUDA backend. The unfused op: one warp per row, each lane holding D/32 elements as bf16 pairs, the dot
 // products in fp32 reduced by warp_sum (fixed butterfly order, so deterministic). attention.cuh fuses the
 // forward into the attention epilogue and reuses xsa_backward_kernel as the backward's preprocessing.
@@ -177,6 +216,49 @@ __global__ void xsa_backward_kernel(floatX* dy, floatX* dv, float* dv_extra, flo
             xsa_store2(dv + w * D, lane, e, old.x + ext[e].x, old.y + ext[e].y);
         }
     }
+}
+
+// The diagnostics (see the CPU twin): one block of XSA_DIAG_WARPS warps per token; warp w takes heads w,
+// w + XSA_DIAG_WARPS, .. in order, lanes stride over D; warp 0 then adds the warps' sums in order.
+// Deterministic, fp32. out (B*T, 3).
+constexpr int XSA_DIAG_WARPS = 8;
+__global__ void __launch_bounds__(XSA_DIAG_WARPS * 32) xsa_diagnostics_kernel(float* out, const floatX* y, const floatX* z, const floatX* v,
+                                                                             const floatX* q, const floatX* k, const float* lse,
+                                                                             int T, int H, int Hkv, int D) {
+    __shared__ float partial[XSA_DIAG_WARPS][3];
+    const size_t n = blockIdx.x;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, group = H / Hkv;
+    const size_t b = n / T, t = n % T;
+    const float scale = 1.0f / sqrtf((float)D);
+    float sums[3] = {0.0f, 0.0f, 0.0f};
+    for (int h = warp; h < H; h += XSA_DIAG_WARPS) {
+        const size_t row = (n * H + h) * D, kv_row = (n * Hkv + h / group) * D;
+        float yv = 0.0f, yy = 0.0f, zv = 0.0f, zz = 0.0f, vv = 0.0f, qk = 0.0f;
+        for (int d = lane; d < D; d += 32) {
+            const float yd = to_float(y[row + d]), zd = to_float(z[row + d]), vd = to_float(v[kv_row + d]);
+            yv += yd * vd, yy += yd * yd, zv += zd * vd, zz += zd * zd, vv += vd * vd;
+            qk += to_float(q[row + d]) * to_float(k[kv_row + d]);
+        }
+        yv = warp_sum(yv), yy = warp_sum(yy), zv = warp_sum(zv), zz = warp_sum(zz), vv = warp_sum(vv), qk = warp_sum(qk);
+        sums[0] += yy * vv > 0.0f ? yv / sqrtf(yy * vv) : 0.0f;
+        sums[1] += zz * vv > 0.0f ? zv / sqrtf(zz * vv) : 0.0f;
+        sums[2] += expf(qk * scale - lse[(b * H + h) * T + t]);
+    }
+    if (lane == 0)
+        for (int c = 0; c < 3; c++) partial[warp][c] = sums[c];
+    __syncthreads();
+    if (threadIdx.x < 3) {
+        float s = 0.0f;
+        for (int w = 0; w < XSA_DIAG_WARPS; w++) s += partial[w][threadIdx.x];
+        out[n * 3 + threadIdx.x] = s;
+    }
+}
+
+static inline void xsa_diagnostics_cuda(float* out, const floatX* y, const floatX* z, const floatX* v, const floatX* q, const floatX* k,
+                                        const float* lse, int B, int T, int H, int Hkv, int D, cudaStream_t stream) {
+    if ((long)B * T == 0) return;
+    xsa_diagnostics_kernel<<<B * T, XSA_DIAG_WARPS * 32, 0, stream>>>(out, y, z, v, q, k, lse, T, H, Hkv, D);
+    cudaCheckLaunch();
 }
 
 static inline void xsa_check_shape(int H, int Hkv, int D, const char* who) {

@@ -82,7 +82,7 @@ static LinearResult run_linear(const std::vector<float>& inp, const std::vector<
     fill_random(r.dinp, 4);
     fill_random(r.dweight, 5);
     matmul_forward_cpu(r.out.data(), inp.data(), weight.data(), M, K, N);
-    matmul_backward_cpu(r.dinp.data(), r.dweight.data(), dout.data(), inp.data(), weight.data(), M, K, N);
+    matmul_backward_cpu(r.dinp.data(), r.dweight.data(), dout.data(), inp.data(), weight.data(), M, K, N, GRAD_ACCUMULATE);
     return r;
 }
 
@@ -104,10 +104,15 @@ static void test_linear(int M, int K, int N) {
 
     // null gradient pointers are skipped
     std::vector<float> dinp_only = dinp0;
-    matmul_backward_cpu(dinp_only.data(), nullptr, dout.data(), inp.data(), weight.data(), M, K, N);
+    matmul_backward_cpu(dinp_only.data(), nullptr, dout.data(), inp.data(), weight.data(), M, K, N, GRAD_ACCUMULATE);
     bool null_ok = memcmp(dinp_only.data(), r1.dinp.data(), dinp_only.size() * sizeof(float)) == 0;
     if (!null_ok) { failures++; }
     printf("  %-22s %s\n", "dweight == nullptr", null_ok ? "ok" : "FAIL");
+
+    // GRAD_OVERWRITE never reads dinp: NaN there must not reach the result
+    std::vector<float> dinp_over((size_t)M * K, NAN);
+    matmul_backward_cpu(dinp_over.data(), nullptr, dout.data(), inp.data(), weight.data(), M, K, N, GRAD_OVERWRITE);
+    check("dinp (=)", dinp_over.data(), gemm_ref(nullptr, dout.data(), weight.data(), M, K, N, N, K, K, false, false).data(), dinp_over.size());
 
     for (int nthreads = 2; nthreads <= 3; nthreads++) {
         LinearResult rt = run_linear(inp, weight, dout, M, K, N, nthreads);
@@ -191,7 +196,7 @@ static void bench(int M, int K, int N, int repeats) {
     fill_random(dout, 3);
     double flops = 2.0 * M * N * K;
     double tf = best_time([&] { matmul_forward_cpu(out.data(), inp.data(), weight.data(), M, K, N); }, repeats);
-    double tb = best_time([&] { matmul_backward_cpu(dinp.data(), dweight.data(), dout.data(), inp.data(), weight.data(), M, K, N); }, repeats);
+    double tb = best_time([&] { matmul_backward_cpu(dinp.data(), dweight.data(), dout.data(), inp.data(), weight.data(), M, K, N, GRAD_ACCUMULATE); }, repeats);
     printf("| %5d | %5d | %5d | %8.2f | %8.1f | %8.2f | %8.1f |\n",
            M, K, N, tf * 1e3, flops / tf * 1e-9, tb * 1e3, 2.0 * flops / tb * 1e-9);
 }

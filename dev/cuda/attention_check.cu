@@ -248,6 +248,22 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
         check_bits(NAME("xsa %.1f unfused backward in place (dy = dz)", alpha), same_bits(udz, udy) && same_bits(udv2, udv));
     }
 
+    // the diagnostics on the fused forward's y, z, lse (alpha 0.5) against the CPU twin on the same values:
+    // the same bf16 inputs, fp32 sums against double, so only the summation order differs
+    {
+        attention_forward_xsa_cuda(z.p, y.p, lse.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, 0.5f, st);
+        Buf<float> diag(tokens * 3), diag2(tokens * 3);
+        std::vector<float> cdiag(tokens * 3);
+        const std::vector<float> gz = download(z), gy05 = download(y), glse05 = download(lse);
+        xsa_diagnostics_cpu(cdiag.data(), gy05.data(), gz.data(), hv.data(), hq.data(), hk.data(), glse05.data(), B, T, H, Hkv, D);
+        diag.poison(st);
+        xsa_diagnostics_cuda(diag.p, y.p, z.p, v.p, q.p, k.p, lse.p, B, T, H, Hkv, D, st);
+        check_close("diagnostics (cos yv, cos zv, self weight)", download(diag), cdiag, 1e-4, 3);
+        diag2.poison(st);
+        xsa_diagnostics_cuda(diag2.p, y.p, z.p, v.p, q.p, k.p, lse.p, B, T, H, Hkv, D, st);
+        check_bits("diagnostics deterministic", same_bits(diag, diag2));
+    }
+
     // the fused forward + backward captured in a CUDA graph (no host sync, no allocation inside) replays
     // to the bits of the direct calls (the last alpha, 1: z, y, lse and dq, dk, dv of the last direct run)
     {

@@ -128,19 +128,27 @@ static void check_rmsnorm(const char* tag, size_t rows, int C, float scale, bool
     report(std::string("rmsnorm fwd ") + tag, rel_err_v(out_g, out_c), TOL_BF16, det, ms, 2.0 * n * sizeof(floatX) + rows * 4.0);
     report_also(std::string("  rstd"), rel_err_v(rstd_g, rstd_c), TOL_F32, det);
 
-    // backward on the forward's (bf16) output and rstd; dinp accumulates
+    // backward on the forward's (bf16) output and rstd: dinp += from random values, dinp = over NaN poison
     floatX* dout = rand_bf16(n, -1.0f, 1.0f, &dout_h);
     floatX* dinp = rand_bf16(n, -1.0f, 1.0f, &dinp_h);
     floatX* dinp0 = dev_alloc<floatX>(n);
     copy_dev(dinp0, dinp, n);
-    auto bwd = [&] { rmsnorm_backward_cuda(dinp, dout, out, rstd, rows, C, scale, 0); };
-    det = run_twice([&] { copy_dev(dinp, dinp0, n); }, bwd, {{dinp, n * sizeof(floatX)}});
-    std::vector<float> dinp_g = download_bf16(dinp, n);
-    std::vector<float> dinp_c = dinp_h;
-    rmsnorm_backward_cpu(dinp_c.data(), dout_h.data(), out_g.data(), rstd_g.data(), rows, C, scale);
-    double err = rel_err_v(dinp_g, dinp_c);
-    ms = timed([] {}, bwd);
-    report(std::string("rmsnorm bwd ") + tag, err, TOL_BF16, det, ms, 4.0 * n * sizeof(floatX) + rows * 4.0);
+    for (GradWrite mode : {GRAD_ACCUMULATE, GRAD_OVERWRITE}) {
+        const bool acc = mode == GRAD_ACCUMULATE;
+        auto bwd = [&] { rmsnorm_backward_cuda(dinp, dout, out, rstd, rows, C, scale, mode, 0); };
+        auto reset = [&] {
+            if (acc) copy_dev(dinp, dinp0, n);
+            else poison(dinp, n * sizeof(floatX));
+        };
+        det = run_twice(reset, bwd, {{dinp, n * sizeof(floatX)}});
+        std::vector<float> dinp_g = download_bf16(dinp, n);
+        std::vector<float> dinp_c = acc ? dinp_h : std::vector<float>(n, NAN);  // the CPU twin must not read it either
+        rmsnorm_backward_cpu(dinp_c.data(), dout_h.data(), out_g.data(), rstd_g.data(), rows, C, scale, mode);
+        double err = rel_err_v(dinp_g, dinp_c);
+        ms = timed([] {}, bwd);
+        report(std::string("rmsnorm bwd ") + (acc ? "+= " : "= ") + tag, err, TOL_BF16, det, ms,
+               (acc ? 4.0 : 3.0) * n * sizeof(floatX) + rows * 4.0);
+    }
     for (void* p : {(void*)x, (void*)x_saved, (void*)rstd, (void*)dout, (void*)dinp, (void*)dinp0}) cudaCheck(cudaFree(p));
     if (!in_place) cudaCheck(cudaFree(out));
 }
@@ -176,6 +184,48 @@ static void check_rotary(const char* tag, int B, int T, int heads, int D) {
     }
     cudaCheck(cudaFree(cos_d));
     cudaCheck(cudaFree(sin_d));
+}
+
+// rotary + QK-norm: forward in place (x poisoned between runs by a restore), backward into poisoned dinp,
+// both against the CPU twin (rotary, then rmsnorm) on the bf16 values the kernels saw
+static void check_rotary_rmsnorm(const char* tag, int B, int T, int heads, int D, float scale) {
+    const size_t rows = (size_t)B * T * heads, n = rows * D;
+    std::vector<float> cos_h((size_t)T * (D / 2)), sin_h((size_t)T * (D / 2));
+    rotary_tables(cos_h.data(), sin_h.data(), T, D);
+    float* cos_d = upload_f32(cos_h);
+    float* sin_d = upload_f32(sin_h);
+    std::vector<float> x_h, dout_h;
+    floatX* x = rand_bf16(n, -2.0f, 2.0f, &x_h);
+    floatX* x0 = dev_alloc<floatX>(n);
+    copy_dev(x0, x, n);
+    float* rstd = dev_alloc<float>(rows);
+    auto fwd = [&] { rotary_rmsnorm_forward_cuda(x, rstd, cos_d, sin_d, B, T, heads, D, scale, 0); };
+    auto reset = [&] {
+        copy_dev(x, x0, n);
+        poison(rstd, rows * sizeof(float));
+    };
+    bool det = run_twice(reset, fwd, {{x, n * sizeof(floatX)}, {rstd, rows * sizeof(float)}});
+    std::vector<float> out_g = download_bf16(x, n), rstd_g = download_f32(rstd, rows);
+    std::vector<float> rstd_c(rows);
+    rotary_rmsnorm_forward_cpu(x_h.data(), rstd_c.data(), cos_h.data(), sin_h.data(), B, T, heads, D, scale);
+    double ms = timed([&] { copy_dev(x, x0, n); }, fwd);
+    const double table_bytes = 2.0 * cos_h.size() * sizeof(float);
+    report(std::string("rotary+qknorm fwd ") + tag, rel_err_v(out_g, x_h), TOL_BF16, det, ms, 2.0 * n * sizeof(floatX) + rows * 4.0 + table_bytes);
+    // the fused kernel normalises the rotated vector in fp32, as the CPU does; the unfused fallback reads
+    // it back rounded to bf16, so its rstd carries bf16 rounding
+    const bool fused = rotary_rmsnorm_fused_ok(D, x, x, x, cos_d, sin_d);
+    report_also("  rstd", rel_err_v(rstd_g, rstd_c), fused ? TOL_F32 : TOL_BF16, det);
+
+    // backward on the forward's (bf16) output and rstd
+    floatX* dout = rand_bf16(n, -1.0f, 1.0f, &dout_h);
+    floatX* dinp = dev_alloc<floatX>(n);
+    auto bwd = [&] { rotary_rmsnorm_backward_cuda(dinp, dout, x, rstd, cos_d, sin_d, B, T, heads, D, scale, 0); };
+    det = run_twice([&] { poison(dinp, n * sizeof(floatX)); }, bwd, {{dinp, n * sizeof(floatX)}});
+    std::vector<float> dinp_g = download_bf16(dinp, n), dinp_c(n, NAN);  // NaN: the CPU twin must overwrite too
+    rotary_rmsnorm_backward_cpu(dinp_c.data(), dout_h.data(), out_g.data(), rstd_g.data(), cos_h.data(), sin_h.data(), B, T, heads, D, scale);
+    ms = timed([] {}, bwd);
+    report(std::string("rotary+qknorm bwd ") + tag, rel_err_v(dinp_g, dinp_c), TOL_BF16, det, ms, 3.0 * n * sizeof(floatX) + rows * 4.0 + table_bytes);
+    for (void* p : {(void*)x, (void*)x0, (void*)rstd, (void*)dout, (void*)dinp, (void*)cos_d, (void*)sin_d}) cudaCheck(cudaFree(p));
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -491,6 +541,9 @@ int main(int argc, char** argv) {
     check_rotary("8x2048x12x64", 8, 2048, 12, 64);
     check_rotary("8x2048x6x128", 8, 2048, 6, 128);
     check_rotary("3x37x5x6 scalar", 3, 37, 5, 6);
+    check_rotary_rmsnorm("8x2048x12x64 x1.2", 8, 2048, 12, 64, 1.2f);
+    check_rotary_rmsnorm("8x2048x6x128 x1.2", 8, 2048, 6, 128, 1.2f);
+    check_rotary_rmsnorm("3x37x5x32 unfused", 3, 37, 5, 32, 1.2f);
 
     check_relu2("16384x3072", tokens * 3072, 0, false);
     check_relu2("16384x3072", tokens * 3072, 0, true);

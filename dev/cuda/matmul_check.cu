@@ -74,36 +74,62 @@ static void check_linear(const Shape& s, int repeats, Rng* rng) {
     double ms = time_ms([&] { matmul_forward_cuda(out, inp, weight, M, K, N, 0); }, repeats);
     snprintf(name, sizeof name, "%s fwd %dx%dx%d", s.name, M, K, N);
     record(name, err, 1e-2, det, ms, flops / ms * 1e-9, "TFLOP/s");
+
+    // forward with the residual add in the epilogue: out (poisoned) = dout (as a random residual) + inp @ weight^T
+    for (int run = 0; run < 2; run++) {
+        cudaCheck(cudaMemset(out, 0xff, (size_t)M * N * sizeof(floatX)));
+        matmul_forward_add_cuda(out, inp, weight, dout, M, K, N, 0);
+        cudaCheck(cudaDeviceSynchronize());
+        bits[run] = download_bytes(out, (size_t)M * N);
+    }
+    det = bits[0] == bits[1];
+    h_out = download_bf16(out, (size_t)M * N);
+    err = all_finite(h_out) ? 0.0 : NAN;
+    for (int r0 : sample_blocks(M, B, rng)) {
+        int rows = std::min(B, M - r0);
+        std::vector<float> ref((size_t)rows * N);
+        std::vector<float> h_residual = download_bf16(dout + (size_t)r0 * N, (size_t)rows * N);
+        matmul_forward_add_cpu(ref.data(), h_inp.data() + (size_t)r0 * K, h_weight.data(), h_residual.data(), rows, K, N);
+        err = std::max(err, rel_err(h_out.data() + (size_t)r0 * N, ref.data(), ref.size()));
+    }
+    ms = time_ms([&] { matmul_forward_add_cuda(out, inp, weight, dout, M, K, N, 0); }, repeats);
+    snprintf(name, sizeof name, "%s fwd+res %dx%dx%d", s.name, M, K, N);
+    record(name, err, 1e-2, det, ms, flops / ms * 1e-9, "TFLOP/s");
     h_out.clear();
     h_out.shrink_to_fit();
 
-    // backward, dinp (M, K) += dout @ weight
+    // backward, dinp (M, K) += dout @ weight from random values, and = dout @ weight over NaN poison
     const std::vector<float> h_dinp0 = download_bf16(dinp0, (size_t)M * K);
-    for (int run = 0; run < 2; run++) {
-        cudaCheck(cudaMemcpy(dinp, dinp0, (size_t)M * K * sizeof(floatX), cudaMemcpyDeviceToDevice));
-        matmul_backward_cuda(dinp, nullptr, dout, inp, weight, M, K, N, 0);
-        cudaCheck(cudaDeviceSynchronize());
-        bits[run] = download_bytes(dinp, (size_t)M * K);
+    for (GradWrite mode : {GRAD_ACCUMULATE, GRAD_OVERWRITE}) {
+        const bool acc = mode == GRAD_ACCUMULATE;
+        for (int run = 0; run < 2; run++) {
+            if (acc) cudaCheck(cudaMemcpy(dinp, dinp0, (size_t)M * K * sizeof(floatX), cudaMemcpyDeviceToDevice));
+            else cudaCheck(cudaMemset(dinp, 0xff, (size_t)M * K * sizeof(floatX)));
+            matmul_backward_cuda(dinp, nullptr, dout, inp, weight, M, K, N, mode, 0);
+            cudaCheck(cudaDeviceSynchronize());
+            bits[run] = download_bytes(dinp, (size_t)M * K);
+        }
+        det = bits[0] == bits[1];
+        std::vector<float> h_dinp = download_bf16(dinp, (size_t)M * K);
+        err = all_finite(h_dinp) ? 0.0 : NAN;
+        for (int r0 : sample_blocks(M, B, rng)) {
+            int rows = std::min(B, M - r0);
+            std::vector<float> ref((size_t)rows * K, 0.0f);
+            if (acc) ref.assign(h_dinp0.begin() + (size_t)r0 * K, h_dinp0.begin() + (size_t)(r0 + rows) * K);
+            std::vector<float> h_dout_rows = download_bf16(dout + (size_t)r0 * N, (size_t)rows * N);
+            matmul_backward_cpu(ref.data(), nullptr, h_dout_rows.data(), nullptr, h_weight.data(), rows, K, N, GRAD_ACCUMULATE);
+            err = std::max(err, rel_err(h_dinp.data() + (size_t)r0 * K, ref.data(), ref.size()));
+        }
+        ms = time_ms([&] { matmul_backward_cuda(dinp, nullptr, dout, inp, weight, M, K, N, mode, 0); }, repeats);
+        snprintf(name, sizeof name, "%s dinp%s %dx%dx%d", s.name, acc ? "+=" : "=", M, K, N);
+        record(name, err, 1e-2, det, ms, flops / ms * 1e-9, "TFLOP/s");
     }
-    det = bits[0] == bits[1];
-    std::vector<float> h_dinp = download_bf16(dinp, (size_t)M * K);
-    err = all_finite(h_dinp) ? 0.0 : NAN;
-    for (int r0 : sample_blocks(M, B, rng)) {
-        int rows = std::min(B, M - r0);
-        std::vector<float> ref(h_dinp0.begin() + (size_t)r0 * K, h_dinp0.begin() + (size_t)(r0 + rows) * K);
-        std::vector<float> h_dout_rows = download_bf16(dout + (size_t)r0 * N, (size_t)rows * N);
-        matmul_backward_cpu(ref.data(), nullptr, h_dout_rows.data(), nullptr, h_weight.data(), rows, K, N);
-        err = std::max(err, rel_err(h_dinp.data() + (size_t)r0 * K, ref.data(), ref.size()));
-    }
-    ms = time_ms([&] { matmul_backward_cuda(dinp, nullptr, dout, inp, weight, M, K, N, 0); }, repeats);
-    snprintf(name, sizeof name, "%s dinp %dx%dx%d", s.name, M, K, N);
-    record(name, err, 1e-2, det, ms, flops / ms * 1e-9, "TFLOP/s");
 
     // backward, dweight (N, K) fp32 += dout^T @ inp; the CPU checks row blocks of dweight (column blocks of dout)
     const std::vector<float> h_dweight0 = download_f32(dweight0, (size_t)N * K);
     for (int run = 0; run < 2; run++) {
         cudaCheck(cudaMemcpy(dweight, dweight0, (size_t)N * K * sizeof(float), cudaMemcpyDeviceToDevice));
-        matmul_backward_cuda(nullptr, dweight, dout, inp, weight, M, K, N, 0);
+        matmul_backward_cuda(nullptr, dweight, dout, inp, weight, M, K, N, GRAD_ACCUMULATE, 0);
         cudaCheck(cudaDeviceSynchronize());
         bits[run] = download_bytes(dweight, (size_t)N * K);
     }
@@ -118,10 +144,10 @@ static void check_linear(const Shape& s, int repeats, Rng* rng) {
         std::vector<float> h_dout_cols((size_t)M * cols);
         for (size_t i = 0; i < h_dout_cols.size(); i++) h_dout_cols[i] = __bfloat162float(block[i]);
         std::vector<float> ref(h_dweight0.begin() + (size_t)n0 * K, h_dweight0.begin() + (size_t)(n0 + cols) * K);
-        matmul_backward_cpu(nullptr, ref.data(), h_dout_cols.data(), h_inp.data(), nullptr, M, K, cols);
+        matmul_backward_cpu(nullptr, ref.data(), h_dout_cols.data(), h_inp.data(), nullptr, M, K, cols, GRAD_ACCUMULATE);
         err = std::max(err, rel_err(h_dweight.data() + (size_t)n0 * K, ref.data(), ref.size()));
     }
-    ms = time_ms([&] { matmul_backward_cuda(nullptr, dweight, dout, inp, weight, M, K, N, 0); }, repeats);
+    ms = time_ms([&] { matmul_backward_cuda(nullptr, dweight, dout, inp, weight, M, K, N, GRAD_ACCUMULATE, 0); }, repeats);
     snprintf(name, sizeof name, "%s dweight %dx%dx%d", s.name, M, K, N);
     record(name, err, 1e-3, det, ms, flops / ms * 1e-9, "TFLOP/s");  // fp32 output: only the fp32 accumulation differs
 

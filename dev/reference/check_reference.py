@@ -190,8 +190,118 @@ def check_causality():
           f"max change before {before:.1e}, after {after:.2f}")
 
 
+def loop_diagnostics(r, w):
+    """similarity_diagnostics by scalar loops over (b, t >= 1, h), the softmax over keys t - w..t written out."""
+    q, k, v, y, z = (r[n].tolist() for n in "qkvyz")
+    B, T, H, D = r["q"].shape
+    g = H // r["k"].shape[2]
+
+    def dot(a, b):
+        return sum(x * y for x, y in zip(a, b))
+
+    def cos(a, b):
+        n = math.sqrt(dot(a, a)) * math.sqrt(dot(b, b))
+        return dot(a, b) / n if n else 0.0
+    sums, count = [0.0, 0.0, 0.0], 0
+    for b in range(B):
+        for t in range(1, T):
+            for h in range(H):
+                kv = h // g
+                sc = {j: dot(q[b][t][h], k[b][j][kv]) / math.sqrt(D) for j in range(max(0, t - w), t + 1)}
+                mx = max(sc.values())
+                sums[0] += cos(y[b][t][h], v[b][t][kv])
+                sums[1] += cos(z[b][t][h], v[b][t][kv])
+                sums[2] += math.exp(sc[t] - mx) / sum(math.exp(x - mx) for x in sc.values())
+                count += 1
+    return dict(zip(("cos_yv", "cos_zv", "self_weight"), (x / count for x in sums)))
+
+
+def recorded(cfg, m, idx):
+    """(record, diag) of one float64 forward."""
+    record = []
+    m(idx, None, record)
+    return record, make_refs.diagnostics(cfg, record)
+
+
+def check_diagnostics_loops():
+    cfg, m, idx, tgt = tiny()
+    record, diag = recorded(cfg, m, idx)
+    worst = max(abs(diag["diag." + n][layer].item() - x) for layer, r in enumerate(record)
+                for n, x in loop_diagnostics(r, cfg.window(layer)).items())
+    check("diagnostics == scalar-loop cos(y,v), cos(z,v), self weight (windows 3,T; GQA 4/2; XSA 0.7 on 0,2)",
+          len(record) == cfg.n_layer and worst < 1e-12, f"worst abs diff {worst:.1e}")
+    # the self weight is the attention matrix's diagonal: attention with one-hot values returns its rows
+    worst = 0.0
+    for layer, r in enumerate(record):
+        B, T, Hkv = r["v"].shape[:3]
+        onehot = torch.eye(T, dtype=torch.float64).expand(B, Hkv, T, T).transpose(1, 2)  # v[b,j,kv] = e_j
+        a = M.attention(r["q"], r["k"], onehot, cfg.window(layer))  # (B, T, H, T): a[b,t,h,j]
+        sw = a.diagonal(dim1=1, dim2=3)[:, :, 1:].mean().item()
+        worst = max(worst, abs(sw - diag["diag.self_weight"][layer].item()))
+    check("diagnostics: self_weight == mean diagonal of the model's attention matrix", worst < 1e-12,
+          f"worst abs diff {worst:.1e}")
+
+
+def check_diagnostics_properties():
+    cfg, m, idx, _ = tiny(xsa_alpha=1.0, xsa_layers=[0, 1, 2])
+    _, d = recorded(cfg, m, idx)
+    zv, yv = d["diag.cos_zv"].abs().max().item(), d["diag.cos_yv"].abs().min().item()
+    check("diagnostics: cos_zv ~ 0 on every layer at XSA alpha = 1 (while |cos_yv| is not)", zv < 1e-6 and yv > 0.05,
+          f"cos_yv {[round(x, 3) for x in d['diag.cos_yv'].tolist()]}, max |cos_zv| {zv:.1e}")
+    cfg, m, idx, _ = tiny()
+    _, d = recorded(cfg, m, idx)
+    same = [d["diag.cos_zv"][i].item() == d["diag.cos_yv"][i].item() for i in range(cfg.n_layer)]
+    check("diagnostics: cos_zv == cos_yv exactly on the layer without XSA only (XSA 0.7 on 0,2)",
+          same == [False, True, False], f"cos_yv {d['diag.cos_yv'].tolist()}, cos_zv {d['diag.cos_zv'].tolist()}")
+    ok = bool((d["diag.self_weight"] > 0).all() and (d["diag.self_weight"] <= 1).all())
+    ok &= all(bool((d[n].abs() <= 1).all()) for n in ("diag.cos_yv", "diag.cos_zv"))
+    check("diagnostics: 0 < self_weight <= 1, |cos_yv|, |cos_zv| <= 1", ok,
+          f"self_weight {[round(x, 3) for x in d['diag.self_weight'].tolist()]}")
+    # window 0 (the last layer always has T): each query sees only itself, so a_tt = 1 and y = v
+    cfg, m, idx, _ = tiny(n_layer=4, window_pattern="S", short_window=0, xsa_layers=[3])
+    _, d = recorded(cfg, m, idx)
+    sw, yv = d["diag.self_weight"].tolist(), d["diag.cos_yv"].tolist()
+    ok = all(abs(x - 1) < 1e-12 for x in sw[:3] + yv[:3]) and sw[3] < 0.9 and yv[3] < 0.9
+    check("diagnostics: window 0 gives self_weight = 1 and cos_yv = 1 (not on the last, full-window layer)", ok,
+          f"self_weight {sw}, cos_yv {yv}")
+
+
+def bf16_run(cfg, m64, idx, tgt, record):
+    """One stochastically rounded bf16 run as make_refs.bf16_tolerances does it; (logits, loss, grads, rng state)."""
+    gen = torch.Generator().manual_seed(7919)
+    m = GPT(cfg, dtype=torch.float32)
+    M.set_bf16_storage(True, gen)
+    try:
+        with torch.no_grad():
+            for (n, p), q in zip(m.named_parameters(), m64.parameters()):
+                p.copy_(M.bf16_round(q.float()) if n.endswith(make_refs.MATMUL_WEIGHTS) else q)
+        logits, loss = m(idx, tgt, record)
+        loss.backward()
+    finally:
+        M.set_bf16_storage(False)
+    return logits, loss, [p.grad for p in m.parameters()], gen.get_state()
+
+
+def check_recorder():
+    cfg, m, idx, tgt = tiny()
+    record = []
+    a, b = bf16_run(cfg, m, idx, tgt, None), bf16_run(cfg, m, idx, tgt, record)
+    same = all(torch.equal(x, y) for x, y in zip(a[:2] + (a[3],), b[:2] + (b[3],)))
+    same &= all(torch.equal(x, y) for x, y in zip(a[2], b[2]))
+    check("recorder: a stochastic bf16 run with it == without it (logits, loss, grads, generator state)", same)
+    rounded = all(torch.equal(t, t.to(torch.bfloat16).float()) for r in record for t in r.values())
+    check("recorder: in a bf16 run it holds the stored (bf16-representable) q, k, v, y, z", rounded and
+          len(record) == cfg.n_layer and all(set(r) == set("qkvyz") for r in record))
+    record = []
+    m(idx, None, record)
+    ok = all(torch.equal(r["y"], M.attention(r["q"], r["k"], r["v"], cfg.window(i))) and
+             torch.equal(r["z"], M.xsa(r["y"], r["v"], cfg.xsa_alpha) if i in cfg.xsa_layers else r["y"])
+             for i, r in enumerate(record))
+    check("recorder: y = attention(q, k, v, window) and z = xsa(y, v) (or y) bit-identically", ok)
+
+
 def check_files():
-    ok_all, worst = True, 0.0
+    ok_all, worst, worst_diag = True, 0.0, 0.0
     for name, kw, seed in make_refs.CONFIGS:
         path = os.path.join(HERE, "data", name + ".safetensors")
         if not os.path.exists(path):
@@ -208,24 +318,31 @@ def check_files():
             for pn, p in m.named_parameters():
                 p.copy_(torch.from_numpy(t[pn]))
         idx = torch.from_numpy(t["idx"]).long()
-        logits, loss = m(idx, torch.from_numpy(t["targets"]).long())
+        record = []
+        logits, loss = m(idx, torch.from_numpy(t["targets"]).long(), record)
         loss.backward()
+        diag = make_refs.diagnostics(cfg, record)
+        diag_err = max(float((d.float() - torch.from_numpy(t[n])).abs().max()) for n, d in diag.items())
+        tols = [t["tol_bf16." + n] for n in diag]
         errs = [rel(logits.float().double(), torch.from_numpy(t["logits"]).double()),
                 abs(loss.item() - float(t["loss"][0])) / loss.item()]
         errs += [rel(p.grad, torch.from_numpy(t["grad." + pn]).double()) for pn, p in m.named_parameters()]
         padded = cfg.vocab_padded > cfg.vocab_size
         pad_ok = (not padded) or (t["grad.lm_head.weight"][cfg.vocab_size:] == 0).all()
-        ok = (n + 8) % 8 == 0 and max(errs) < 1e-7 and pad_ok
-        worst = max(worst, max(errs))
+        ok = (n + 8) % 8 == 0 and max(errs) < 1e-7 and pad_ok and diag_err == 0 and len(diag) == 3
+        ok &= all(t[n].shape == (cfg.n_layer,) for n in diag) and all(x.shape == (1,) and x[0] > 0 for x in tols)
+        worst, worst_diag = max(worst, max(errs)), max(worst_diag, diag_err)
         ok_all &= bool(ok)
     check("files: reload each data/*.safetensors, recompute in float64 from the stored weights, matches the "
-          "stored logits/loss/grads; header 8-byte aligned; padded lm_head rows have zero grad", ok_all,
-          f"worst rel err {worst:.1e}")
+          "stored logits/loss/grads and (rounded to float32, exactly) diag.*; tol_bf16.diag.* positive; header "
+          "8-byte aligned; padded lm_head rows have zero grad", ok_all,
+          f"worst rel err {worst:.1e}, worst diag abs err {worst_diag:.1e}")
 
 
 def main():
     for fn in (check_xsa_op, check_xsa_in_model, check_alpha0_identity, check_gradcheck_model,
-               check_attention_loops, check_rotary, check_causality, check_files):
+               check_attention_loops, check_diagnostics_loops, check_diagnostics_properties, check_recorder,
+               check_rotary, check_causality, check_files):
         try:
             fn()
         except Exception as e:  # a crash is a failure, not a pass

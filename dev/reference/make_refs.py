@@ -2,7 +2,8 @@
 Generate the reference files dev/reference/data/<name>.safetensors that the C++ tests compare against.
 
 For each tiny config: random (non-nanochat) float32 weights from a seeded generator, random idx/targets,
-then forward + backward in float64 from those exact weights (the "truth"), stored as float32.
+then forward + backward in float64 from those exact weights (the "truth"), stored as float32, with the
+per-layer attention-similarity diagnostics of that forward (diag.*) and bf16 tolerances (tol_bf16.*).
 Deterministic: rerunning produces the same bytes. Run from anywhere:
     /usr/bin/python3 dev/reference/make_refs.py
 """
@@ -13,7 +14,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from model import GPT, Config, bf16_round, random_init, set_bf16_storage, XSA_EPS  # noqa: E402
+from model import GPT, Config, bf16_round, random_init, set_bf16_storage, similarity_diagnostics, XSA_EPS  # noqa: E402
 import safetensors_io  # noqa: E402
 
 FORMAT = "xsa-ref-1"
@@ -92,11 +93,19 @@ def build(cfg_kwargs, seed, batch=BATCH):
     return cfg, model, idx, targets
 
 
+def diagnostics(cfg, record):
+    """diag.<name> -> float64 (n_layer,) from the per-layer tensors a forward recorded."""
+    rows = [similarity_diagnostics(**r, w=cfg.window(layer)) for layer, r in enumerate(record)]
+    return {"diag." + n: torch.tensor([r[n] for r in rows], dtype=torch.float64) for n in rows[0]}
+
+
 def make(name, cfg_kwargs, seed, outdir):
     cfg, model, idx, targets = build(cfg_kwargs, seed)
     model.zero_grad(set_to_none=True)
-    logits, loss = model(idx, targets)
+    record = []
+    logits, loss = model(idx, targets, record)
     loss.backward()
+    diag = diagnostics(cfg, record)
     f32 = lambda t: t.detach().to(torch.float32).contiguous()  # noqa: E731
     tensors = {"idx": idx.to(torch.int32), "targets": targets.to(torch.int32)}
     params = list(model.named_parameters())
@@ -106,7 +115,8 @@ def make(name, cfg_kwargs, seed, outdir):
     tensors["loss"] = f32(loss.reshape(1))
     for pname, p in params:
         tensors["grad." + pname] = f32(p.grad)
-    tensors.update(bf16_tolerances(cfg, model, idx, targets, logits, loss))
+    tensors.update({n: f32(d) for n, d in diag.items()})
+    tensors.update(bf16_tolerances(cfg, model, idx, targets, logits, loss, diag))
     path = os.path.join(outdir, name + ".safetensors")
     safetensors_io.save(path, tensors, metadata(cfg, idx.shape[0]))
     return path, float(loss), fp32_noise(cfg, model, idx, targets, logits)
@@ -135,14 +145,16 @@ BF16_SAMPLES = 8    # stochastically rounded runs per reference
 BF16_SIGMAS = 4.0   # tolerance = mean + 4 standard deviations of their errors
 
 
-def bf16_tolerances(cfg, model64, idx, targets, logits64, loss64):
+def bf16_tolerances(cfg, model64, idx, targets, logits64, loss64, diag64):
     """How far a correct bf16 implementation of this model may land from the float64 truth, per output and
     per gradient tensor, stored as tol_bf16.* for the CUDA suite (which uses the larger of this and its
     fixed tolerance). Measured, not assumed: BF16_SAMPLES runs of the model in float32 with the matmul
     weights and every activation (and its gradient) rounded to bf16 where the CUDA backend stores them
     (model.store), stochastically, so that each run is a fresh draw of the rounding errors; the tolerance
     is their mean + BF16_SIGMAS standard deviations. Matrices' errors barely vary between draws (~2e-2);
-    the scalar lambdas' gradients are sums with heavy cancellation whose errors vary by their own size."""
+    the scalar lambdas' gradients are sums with heavy cancellation whose errors vary by their own size.
+    The diagnostics' error is absolute (cosines can be near 0), the worst over layers, computed from the
+    recorded bf16 q, k, v, y, z; recording draws nothing, so the other tolerances are unchanged by it."""
     errors = {}
     for sample in range(BF16_SAMPLES):
         gen = torch.Generator().manual_seed(7919 * (sample + 1))
@@ -152,7 +164,8 @@ def bf16_tolerances(cfg, model64, idx, targets, logits64, loss64):
             with torch.no_grad():
                 for (n, p), q in zip(m.named_parameters(), model64.parameters()):
                     p.copy_(bf16_round(q.to(torch.float32)) if n.endswith(MATMUL_WEIGHTS) else q)
-            logits, loss = m(idx, targets)
+            record = []
+            logits, loss = m(idx, targets, record)
             loss.backward()
         finally:
             set_bf16_storage(False)
@@ -160,6 +173,8 @@ def bf16_tolerances(cfg, model64, idx, targets, logits64, loss64):
         errors.setdefault("logits", []).append(_rel(logits, logits64))
         for (n, p), q in zip(m.named_parameters(), model64.parameters()):
             errors.setdefault("grad." + n, []).append(_rel(p.grad, q.grad))
+        for n, d in diagnostics(cfg, record).items():
+            errors.setdefault(n, []).append(float((d - diag64[n]).abs().max()))
     out = {}
     for k, e in errors.items():
         e = torch.tensor(e, dtype=torch.float64)
@@ -173,11 +188,14 @@ def main():
     os.makedirs(outdir, exist_ok=True)
     for name, kw, seed in CONFIGS:
         path, loss, (lrel, (grel, gname)) = make(name, kw, seed, outdir)
-        tol = safetensors_io.load(path)[0]
-        loosest = max((float(t[0]), k[len("tol_bf16.grad."):]) for k, t in tol.items() if k.startswith("tol_bf16.grad."))
+        ref = safetensors_io.load(path)[0]
+        loosest = max((float(t[0]), k[len("tol_bf16.grad."):]) for k, t in ref.items() if k.startswith("tol_bf16.grad."))
         print(f"wrote {os.path.relpath(path)} ({os.path.getsize(path)} bytes, loss {loss:.6f}; "
               f"fp32 run vs truth: logits {lrel:.1e}, worst grad {grel:.1e} {gname}; bf16 tolerances: logits "
-              f"{float(tol['tol_bf16.logits'][0]):.1e}, loosest grad {loosest[0]:.1e} {loosest[1]})")
+              f"{float(ref['tol_bf16.logits'][0]):.1e}, loosest grad {loosest[0]:.1e} {loosest[1]})")
+        for n in ("diag.cos_yv", "diag.cos_zv", "diag.self_weight"):
+            print(f"    {n} per layer {' '.join(f'{x:+.4f}' for x in ref[n])} (bf16 tolerance "
+                  f"{float(ref['tol_bf16.' + n][0]):.1e})")
 
 
 if __name__ == "__main__":

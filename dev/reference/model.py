@@ -8,7 +8,8 @@ Written from the spec only, using autograd for every gradient. Deliberate choice
   * RMSNorm without weight, eps = float32 machine epsilon (1.1920929e-07), x * rsqrt(mean(x^2) + eps);
   * rotary tables (inv_freq, angles, cos, sin) computed in float32, then converted to the model dtype;
   * XSA: z = y - alpha * (y.v / (v.v + 1e-8)) * v, with v the token's own (post value-embedding) value;
-  * attention with explicit causal/sliding-window masks and softmax (T x T is materialised).
+  * attention with explicit causal/sliding-window masks and softmax (T x T is materialised);
+  * the attention-similarity diagnostics (similarity_diagnostics) from the q, k, v, y, z a forward records.
 Shapes: B batch, T sequence, C n_embd, H query heads, Hkv kv heads, D head_dim, V vocab, Vp padded vocab.
 """
 import math
@@ -156,6 +157,28 @@ def xsa(y, v, alpha):
     return y - alpha * (s / n) * vs
 
 
+def _cos(a, b):
+    """cos(a, b) over the last dim, 0 where |a||b| == 0 (there a.b == 0 too, so dividing by 1 gives it)."""
+    n = a.norm(dim=-1) * b.norm(dim=-1)
+    return (a * b).sum(-1) / n.masked_fill(n == 0, 1.0)
+
+
+def similarity_diagnostics(q, k, v, y, z, w):
+    """One layer's attention-similarity statistics (spec/xsa.md, "Diagnostics the study reports"), in float64,
+    from what attention and XSA saw: q (B, T, H, D), k/v (B, T, Hkv, D), y/z (B, T, H, D) before/after XSA,
+    window w. Means over batch, heads and positions t >= 1 (at t = 0 the only key is the token itself, y = v):
+    cos(y, v) and cos(z, v) with the token's own value, and the softmax weight a query puts on its own key."""
+    q, k, v, y, z = (t.detach().double() for t in (q, k, v, y, z))
+    T, H, D = q.shape[1:]
+    g = H // k.shape[2]
+    ks, vs = k.repeat_interleave(g, dim=2), v.repeat_interleave(g, dim=2)  # (B, T, H, D): own kv head
+    s = torch.einsum("bihd,bjhd->bhij", q, ks) / math.sqrt(D)
+    s = s.masked_fill(~window_mask(T, w), float("-inf"))
+    self_weight = (s.diagonal(dim1=-2, dim2=-1) - torch.logsumexp(s, dim=-1)).exp()  # (B, H, T)
+    return dict(cos_yv=float(_cos(y, vs)[:, 1:].mean()), cos_zv=float(_cos(z, vs)[:, 1:].mean()),
+                self_weight=float(self_weight[:, :, 1:].mean()))
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg, i):
         super().__init__()
@@ -169,7 +192,7 @@ class CausalSelfAttention(nn.Module):
         if cfg.has_ve(i):
             self.ve_gate = nn.Linear(12, Hkv, bias=False)  # weight (Hkv, 12)
 
-    def forward(self, h, ve, cos, sin):
+    def forward(self, h, ve, cos, sin, record=None):
         cfg = self.cfg
         B, T, _ = h.shape
         H, Hkv, D = cfg.n_head, cfg.n_kv_head, cfg.head_dim
@@ -184,9 +207,10 @@ class CausalSelfAttention(nn.Module):
         q = store(norm(q) * 1.2)
         k = store(norm(k) * 1.2)
         y = store(attention(q, k, v, cfg.window(self.layer)))
-        if self.layer in cfg.xsa_layers:
-            y = store(xsa(y, v, cfg.xsa_alpha))
-        return store(self.c_proj(y.reshape(B, T, H * D)))
+        z = store(xsa(y, v, cfg.xsa_alpha)) if self.layer in cfg.xsa_layers else y
+        if record is not None:
+            record.append({n: t.detach() for n, t in dict(q=q, k=k, v=v, y=y, z=z).items()})
+        return store(self.c_proj(z.reshape(B, T, H * D)))
 
 
 class MLP(nn.Module):
@@ -206,8 +230,8 @@ class Block(nn.Module):
         self.attn = CausalSelfAttention(cfg, i)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, ve, cos, sin):
-        x = store(x + self.attn(store(norm(x)), ve, cos, sin))
+    def forward(self, x, ve, cos, sin, record=None):
+        x = store(x + self.attn(store(norm(x)), ve, cos, sin, record))
         x = store(x + self.mlp(store(norm(x))))
         return x
 
@@ -238,7 +262,9 @@ class GPT(nn.Module):
         self.to(dtype)
         self.dtype = dtype
 
-    def forward(self, idx, targets=None):
+    def forward(self, idx, targets=None, record=None):
+        """record: an optional list; each attention layer appends {q, k, v, y, z}, the tensors attention and
+        XSA consumed and produced (after store(), so bf16-rounded in a bf16 run), for similarity_diagnostics."""
         cfg = self.cfg
         B, T = idx.shape
         cos, sin = rotary_tables(T, cfg.head_dim, self.dtype)
@@ -252,7 +278,7 @@ class GPT(nn.Module):
         for i, block in enumerate(self.transformer.h):
             x = store(self.resid_lambdas[i] * x + self.x0_lambdas[i] * x0)
             ve = store(self.value_embeds[str(i)](idx)) if cfg.has_ve(i) else None
-            x = block(x, ve, cos, sin)
+            x = block(x, ve, cos, sin, record)
             if i == cfg.n_layer // 2:
                 x_backout = x
         x = store(x - self.backout_lambda * x_backout)
