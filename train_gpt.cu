@@ -1713,9 +1713,13 @@ int main(int argc, char** argv) {
             Diagnostics diag;
             double bpb = evaluate_bpb(&model, &val, &tok, eval_steps, &diag);
             printf("step %d/%d | val bpb %.6f | %.1f s\n", step, num_steps, bpb, (wall_ms() - t0) / 1000.0);
-            if (!diag.cos_yv.empty())
-                printf("step %d/%d | layer means: cos(y, v) %.4f -> cos(z, v) %.4f after XSA | self weight %.4f\n", step, num_steps,
-                       mean_of(diag.cos_yv), mean_of(diag.cos_zv), mean_of(diag.self_weight));
+            if (!diag.cos_yv.empty()) {
+                char after_xsa[64] = "";
+                if (std::count(c.xsa_layer.begin(), c.xsa_layer.end(), true) > 0)
+                    snprintf(after_xsa, sizeof after_xsa, " -> cos(z, v) %.4f after XSA", mean_of(diag.cos_zv));
+                printf("step %d/%d | layer means: cos(y, v) %.4f%s | self weight %.4f\n", step, num_steps, mean_of(diag.cos_yv), after_xsa,
+                       mean_of(diag.self_weight));
+            }
             if (metrics) {
                 fprintf(metrics, "{\"step\": %d, \"kind\": \"eval\", \"val_bpb\": %.8f, \"eval_tokens\": %ld}\n", step, bpb, (long)eval_steps * micro_tokens);
                 if (!diag.cos_yv.empty()) {
