@@ -867,6 +867,7 @@ static void test_cli_resume() {
     bool keys = metrics_a.rfind("{\"step\": 0, \"kind\": \"eval\", \"val_bpb\": ", 0) == 0 && count_of(metrics_a, "\"lr_mult\": ") == 6 &&
                 count_of(metrics_a, "\"dt_ms\": ") == 6 && count_of(metrics_a, "\"tok_per_s\": ") == 6 && count_of(metrics_a, "\"mfu\": ") == 6 &&
                 count_of(metrics_a, "{\"step\": 5, \"kind\": \"train\"") == 1 && count_of(metrics_a, "{\"step\": 6, \"kind\": \"eval\"") == 1;
+    check(out.find("samples at step") == std::string::npos, "train_gpt --sample-every -1 prints no samples, not even at the end");
     check(code_a == 0 && checkpoints && train_lines == 6 && eval_lines == 3 && keys,
           "train_gpt -n 6 --save-every 3 -o DIR: exit %d, checkpoints at 3 and 6 %s, metrics.jsonl %d train lines (steps 0..5) and %d eval lines (0, 3, 6)",
           code_a, checkpoints ? "written" : "MISSING", train_lines, eval_lines);

@@ -1751,7 +1751,7 @@ int main(int argc, char** argv) {
                 core_write_csv(core, out_dir + name);
             }
         }
-        if (!resumed_here && step > 0 && (last || (args.sample_every > 0 && step % args.sample_every == 0))) print_samples(&model, &tok, step);
+        if (!resumed_here && step > 0 && args.sample_every > 0 && (last || step % args.sample_every == 0)) print_samples(&model, &tok, step);
         if (!out_dir.empty() && !resumed_here && step > 0 && (last || (args.save_every > 0 && step % args.save_every == 0))) {
             std::string path = checkpoint_path(out_dir, step);
             save_checkpoint(path, &model, &opt, &train, loop);
