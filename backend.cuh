@@ -348,6 +348,9 @@ static inline void xsa_diagnostics(float* out, const floatX* y, const floatX* z,
     CUDA_OR_CPU(xsa_diagnostics_cuda(out, y, z, v, q, k, lse, B, T, H, Hkv, D, g_backend.stream),
                 xsa_diagnostics_cpu(out, y, z, v, q, k, lse, B, T, H, Hkv, D));
 }
+static inline void value_direction_sums(float* out, const floatX* v, int B, int T, int Hkv, int D) {
+    CUDA_OR_CPU(value_direction_sums_cuda(out, v, B, T, Hkv, D, g_backend.stream), value_direction_sums_cpu(out, v, B, T, Hkv, D));
+}
 static inline void matmul_forward_add(floatX* out, const floatX* inp, const floatX* weight, const floatX* residual, int M, int K, int N) {
     CUDA_OR_CPU(matmul_forward_add_cuda(out, inp, weight, residual, M, K, N, g_backend.stream),
                 matmul_forward_add_cpu(out, inp, weight, residual, M, K, N));

@@ -141,7 +141,7 @@ static void check_diagnostics(const std::string& path, const char* backend, Tol 
     const Diagnostics d = gpt_diagnostics(&model);
     gpt_free(&model);
     const std::pair<std::string, const std::vector<double>*> stats[] = {
-        {"cos_yv", &d.cos_yv}, {"cos_zv", &d.cos_zv}, {"self_weight", &d.self_weight}};
+        {"cos_yv", &d.cos_yv}, {"cos_zv", &d.cos_zv}, {"self_weight", &d.self_weight}, {"value_cos", &d.value_cos}};
     bool ok = true;
     std::string detail;
     for (const auto& s : stats) {

@@ -1033,9 +1033,11 @@ static void bpb_accumulate(double* nats, double* bytes, const float* losses, con
 // The attention similarity diagnostics of spec xsa.md, per layer, from the activations of the last forward:
 // the mean over heads and tokens t >= 1 of cos(y, v) (attention output and the token's own value, before
 // XSA), cos(z, v) (after XSA; equal to cos(y, v) on layers without it) and the attention weight a token puts
-// on itself. The kernels leave 3 sums per token; the host adds them in double. Empty when T = 1.
+// on itself; and value_cos, the mean cos(v_i, v_j) over pairs of different positions of a row and kv head,
+// the level cos(y, v) would have if y were an unrelated mix of values. The kernels leave sums per token
+// and per (row, kv head); the host adds them in double. Empty when T = 1.
 struct Diagnostics {
-    std::vector<double> cos_yv, cos_zv, self_weight;
+    std::vector<double> cos_yv, cos_zv, self_weight, value_cos;
 };
 
 static Diagnostics gpt_diagnostics(const GPT* model) {
@@ -1044,12 +1046,14 @@ static Diagnostics gpt_diagnostics(const GPT* model) {
     Diagnostics d;
     if (T < 2) return d;
     const size_t N = (size_t)B * T;
-    float* sums = (float*)backend_malloc(N * 3 * sizeof(float), "diagnostics");
-    std::vector<float> host(N * 3);
+    const int Hkv = c.n_kv_head, D = c.head_dim;
+    const size_t value_floats = (size_t)B * Hkv * (D + 1);
+    float* sums = (float*)backend_malloc(std::max(N * 3, value_floats) * sizeof(float), "diagnostics");
+    std::vector<float> host(std::max(N * 3, value_floats));
     for (int l = 0; l < c.n_layer; l++) {
         const LayerActs& la = model->acts.layer[l];
-        xsa_diagnostics(sums, la.y, la.z, la.v, la.q, la.k, la.lse, B, T, H, c.n_kv_head, c.head_dim);
-        backend_download(host.data(), sums, host.size() * sizeof(float));
+        xsa_diagnostics(sums, la.y, la.z, la.v, la.q, la.k, la.lse, B, T, H, Hkv, D);
+        backend_download(host.data(), sums, N * 3 * sizeof(float));
         double total[3] = {0.0, 0.0, 0.0};
         for (size_t n = 0; n < N; n++)
             if (n % T != 0)
@@ -1058,6 +1062,17 @@ static Diagnostics gpt_diagnostics(const GPT* model) {
         d.cos_yv.push_back(total[0] / count);
         d.cos_zv.push_back(total[1] / count);
         d.self_weight.push_back(total[2] / count);
+        // sum over pairs i != j of u_i.u_j = |sum u|^2 - sum |u|^2, per (row, kv head), over T (T - 1) pairs
+        value_direction_sums(sums, la.v, B, T, Hkv, D);
+        backend_download(host.data(), sums, value_floats * sizeof(float));
+        double pairs = 0.0;
+        for (size_t bg = 0; bg < (size_t)B * Hkv; bg++) {
+            const float* s = host.data() + bg * (D + 1);
+            double norm2 = 0.0;
+            for (int k = 0; k < D; k++) norm2 += (double)s[k] * s[k];
+            pairs += norm2 - s[D];
+        }
+        d.value_cos.push_back(pairs / ((double)B * Hkv * T * (T - 1)));
     }
     backend_free(sums);
     return d;
@@ -1717,15 +1732,15 @@ int main(int argc, char** argv) {
                 char after_xsa[64] = "";
                 if (std::count(c.xsa_layer.begin(), c.xsa_layer.end(), true) > 0)
                     snprintf(after_xsa, sizeof after_xsa, " -> cos(z, v) %.4f after XSA", mean_of(diag.cos_zv));
-                printf("step %d/%d | layer means: cos(y, v) %.4f%s | self weight %.4f\n", step, num_steps, mean_of(diag.cos_yv), after_xsa,
-                       mean_of(diag.self_weight));
+                printf("step %d/%d | layer means: cos(y, v) %.4f%s | cos(v_i, v_j) %.4f | self weight %.4f\n", step, num_steps,
+                       mean_of(diag.cos_yv), after_xsa, mean_of(diag.value_cos), mean_of(diag.self_weight));
             }
             if (metrics) {
                 fprintf(metrics, "{\"step\": %d, \"kind\": \"eval\", \"val_bpb\": %.8f, \"eval_tokens\": %ld}\n", step, bpb, (long)eval_steps * micro_tokens);
                 if (!diag.cos_yv.empty()) {
                     fprintf(metrics, "{\"step\": %d, \"kind\": \"diag\"", step);
                     const std::pair<const char*, const std::vector<double>*> series[] = {
-                        {"cos_yv", &diag.cos_yv}, {"cos_zv", &diag.cos_zv}, {"self_weight", &diag.self_weight}};
+                        {"cos_yv", &diag.cos_yv}, {"cos_zv", &diag.cos_zv}, {"self_weight", &diag.self_weight}, {"value_cos", &diag.value_cos}};
                     for (const auto& s : series) {
                         fprintf(metrics, ", \"%s\": [", s.first);
                         for (size_t l = 0; l < s.second->size(); l++) fprintf(metrics, "%s%.6f", l ? ", " : "", (*s.second)[l]);

@@ -108,6 +108,28 @@ static inline void xsa_diagnostics_cpu(float* out, const float* y, const float* 
     }
 }
 
+// The baseline cos(y, v) is read against: the mean cos(v_i, v_j) over pairs of different positions i != j
+// of a row and kv head. With u_t = v_t / |v_t| (0 for a zero vector), sum_{i != j} u_i.u_j = |sum_t u_t|^2 -
+// sum_t |u_t|^2, so one pass over the positions gives it: out (B, Hkv, D + 1) = (sum_t u_t, sum_t |u_t|^2)
+// over the T positions of row b, kv head g. v (B*T, Hkv, D).
+static inline void value_direction_sums_cpu(float* out, const float* v, int B, int T, int Hkv, int D) {
+#pragma omp parallel for schedule(static)
+    for (long bg = 0; bg < (long)B * Hkv; bg++) {
+        const long b = bg / Hkv, g = bg % Hkv;
+        std::vector<double> sum(D + 1, 0.0);
+        for (int t = 0; t < T; t++) {
+            const float* vr = v + (((size_t)b * T + t) * Hkv + g) * D;
+            double vv = 0.0;
+            for (int d = 0; d < D; d++) vv += (double)vr[d] * vr[d];
+            if (vv == 0.0) continue;
+            const double inv = 1.0 / sqrt(vv);
+            for (int d = 0; d < D; d++) sum[d] += vr[d] * inv;
+            sum[D] += 1.0;
+        }
+        for (int d = 0; d <= D; d++) out[(size_t)bg * (D + 1) + d] = (float)sum[d];
+    }
+}
+
 // ----------------------------------------------------------------------------------------------------
 // CUDA backend. The unfused op: one warp per row, each lane holding D/32 elements as bf16 pairs, the dot
 // products in fp32 reduced by warp_sum (fixed butterfly order, so deterministic). attention.cuh fuses the
@@ -258,6 +280,46 @@ static inline void xsa_diagnostics_cuda(float* out, const floatX* y, const float
                                         const float* lse, int B, int T, int H, int Hkv, int D, cudaStream_t stream) {
     if ((long)B * T == 0) return;
     xsa_diagnostics_kernel<<<B * T, XSA_DIAG_WARPS * 32, 0, stream>>>(out, y, z, v, q, k, lse, T, H, Hkv, D);
+    cudaCheckLaunch();
+}
+
+// The value direction sums (see the CPU twin): one warp per (row, kv head), lanes holding D / 32 channels
+// of the running sum, the positions visited in order (deterministic). out (B, Hkv, D + 1).
+constexpr int VALUE_SUMS_MAX_D = 128;
+__global__ void __launch_bounds__(256) value_direction_sums_kernel(float* out, const floatX* v, int B, int T, int Hkv, int D) {
+    const size_t bg = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    if (bg >= (size_t)B * Hkv) return;  // whole warps leave together
+    const int lane = threadIdx.x % 32;
+    const size_t b = bg / Hkv, g = bg % Hkv;
+    float sum[VALUE_SUMS_MAX_D / 32] = {0.0f, 0.0f, 0.0f, 0.0f}, count = 0.0f;
+    for (int t = 0; t < T; t++) {
+        const floatX* vr = v + ((b * T + t) * Hkv + g) * D;
+        float x[VALUE_SUMS_MAX_D / 32], vv = 0.0f;
+#pragma unroll
+        for (int e = 0; e < VALUE_SUMS_MAX_D / 32; e++) {
+            const int d = lane + 32 * e;
+            x[e] = d < D ? to_float(vr[d]) : 0.0f;
+            vv += x[e] * x[e];
+        }
+        vv = warp_sum(vv);
+        if (vv == 0.0f) continue;
+        const float inv = 1.0f / sqrtf(vv);
+#pragma unroll
+        for (int e = 0; e < VALUE_SUMS_MAX_D / 32; e++) sum[e] += x[e] * inv;
+        count += 1.0f;
+    }
+    float* o = out + bg * (D + 1);
+#pragma unroll
+    for (int e = 0; e < VALUE_SUMS_MAX_D / 32; e++)
+        if (lane + 32 * e < D) o[lane + 32 * e] = sum[e];
+    if (lane == 0) o[D] = count;
+}
+
+static inline void value_direction_sums_cuda(float* out, const floatX* v, int B, int T, int Hkv, int D, cudaStream_t stream) {
+    if (D > VALUE_SUMS_MAX_D) fail("value_direction_sums_cuda: head_dim %d > %d", D, VALUE_SUMS_MAX_D);
+    const int grid = ceil_div((long)B * Hkv * 32, 256);
+    if (grid == 0) return;
+    value_direction_sums_kernel<<<grid, 256, 0, stream>>>(out, v, B, T, Hkv, D);
     cudaCheckLaunch();
 }
 

@@ -262,6 +262,13 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
         diag2.poison(st);
         xsa_diagnostics_cuda(diag2.p, y.p, z.p, v.p, q.p, k.p, lse.p, B, T, H, Hkv, D, st);
         check_bits("diagnostics deterministic", same_bits(diag, diag2));
+        // the value direction sums: per (row, kv head), sum of unit values and their count
+        Buf<float> vsum((size_t)B * Hkv * (D + 1));
+        std::vector<float> cvsum(vsum.n);
+        value_direction_sums_cpu(cvsum.data(), hv.data(), B, T, Hkv, D);
+        vsum.poison(st);
+        value_direction_sums_cuda(vsum.p, v.p, B, T, Hkv, D, st);
+        check_close("value direction sums", download(vsum), cvsum, 1e-4, D + 1);
     }
 
     // the fused forward + backward captured in a CUDA graph (no host sync, no allocation inside) replays

@@ -191,7 +191,8 @@ def check_causality():
 
 
 def loop_diagnostics(r, w):
-    """similarity_diagnostics by scalar loops over (b, t >= 1, h), the softmax over keys t - w..t written out."""
+    """similarity_diagnostics by scalar loops over (b, t >= 1, h), the softmax over keys t - w..t written out;
+    value_cos over (b, kv head, i != j)."""
     q, k, v, y, z = (r[n].tolist() for n in "qkvyz")
     B, T, H, D = r["q"].shape
     g = H // r["k"].shape[2]
@@ -213,7 +214,8 @@ def loop_diagnostics(r, w):
                 sums[1] += cos(z[b][t][h], v[b][t][kv])
                 sums[2] += math.exp(sc[t] - mx) / sum(math.exp(x - mx) for x in sc.values())
                 count += 1
-    return dict(zip(("cos_yv", "cos_zv", "self_weight"), (x / count for x in sums)))
+    pairs = [cos(v[b][i][kv], v[b][j][kv]) for b in range(B) for kv in range(H // g) for i in range(T) for j in range(T) if i != j]
+    return dict(zip(("cos_yv", "cos_zv", "self_weight", "value_cos"), [x / count for x in sums] + [sum(pairs) / len(pairs)]))
 
 
 def recorded(cfg, m, idx):
@@ -228,7 +230,7 @@ def check_diagnostics_loops():
     record, diag = recorded(cfg, m, idx)
     worst = max(abs(diag["diag." + n][layer].item() - x) for layer, r in enumerate(record)
                 for n, x in loop_diagnostics(r, cfg.window(layer)).items())
-    check("diagnostics == scalar-loop cos(y,v), cos(z,v), self weight (windows 3,T; GQA 4/2; XSA 0.7 on 0,2)",
+    check("diagnostics == scalar-loop cos(y,v), cos(z,v), self weight, value cos (windows 3,T; GQA 4/2; XSA 0.7 on 0,2)",
           len(record) == cfg.n_layer and worst < 1e-12, f"worst abs diff {worst:.1e}")
     # the self weight is the attention matrix's diagonal: attention with one-hot values returns its rows
     worst = 0.0
@@ -254,8 +256,8 @@ def check_diagnostics_properties():
     check("diagnostics: cos_zv == cos_yv exactly on the layer without XSA only (XSA 0.7 on 0,2)",
           same == [False, True, False], f"cos_yv {d['diag.cos_yv'].tolist()}, cos_zv {d['diag.cos_zv'].tolist()}")
     ok = bool((d["diag.self_weight"] > 0).all() and (d["diag.self_weight"] <= 1).all())
-    ok &= all(bool((d[n].abs() <= 1).all()) for n in ("diag.cos_yv", "diag.cos_zv"))
-    check("diagnostics: 0 < self_weight <= 1, |cos_yv|, |cos_zv| <= 1", ok,
+    ok &= all(bool((d[n].abs() <= 1).all()) for n in ("diag.cos_yv", "diag.cos_zv", "diag.value_cos"))
+    check("diagnostics: 0 < self_weight <= 1, |cos_yv|, |cos_zv|, |value_cos| <= 1", ok,
           f"self_weight {[round(x, 3) for x in d['diag.self_weight'].tolist()]}")
     # window 0 (the last layer always has T): each query sees only itself, so a_tt = 1 and y = v
     cfg, m, idx, _ = tiny(n_layer=4, window_pattern="S", short_window=0, xsa_layers=[3])
@@ -329,7 +331,7 @@ def check_files():
         errs += [rel(p.grad, torch.from_numpy(t["grad." + pn]).double()) for pn, p in m.named_parameters()]
         padded = cfg.vocab_padded > cfg.vocab_size
         pad_ok = (not padded) or (t["grad.lm_head.weight"][cfg.vocab_size:] == 0).all()
-        ok = (n + 8) % 8 == 0 and max(errs) < 1e-7 and pad_ok and diag_err == 0 and len(diag) == 3
+        ok = (n + 8) % 8 == 0 and max(errs) < 1e-7 and pad_ok and diag_err == 0 and len(diag) == 4
         ok &= all(t[n].shape == (cfg.n_layer,) for n in diag) and all(x.shape == (1,) and x[0] > 0 for x in tols)
         worst, worst_diag = max(worst, max(errs)), max(worst_diag, diag_err)
         ok_all &= bool(ok)

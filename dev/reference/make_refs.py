@@ -193,7 +193,7 @@ def main():
         print(f"wrote {os.path.relpath(path)} ({os.path.getsize(path)} bytes, loss {loss:.6f}; "
               f"fp32 run vs truth: logits {lrel:.1e}, worst grad {grel:.1e} {gname}; bf16 tolerances: logits "
               f"{float(ref['tol_bf16.logits'][0]):.1e}, loosest grad {loosest[0]:.1e} {loosest[1]})")
-        for n in ("diag.cos_yv", "diag.cos_zv", "diag.self_weight"):
+        for n in ("diag.cos_yv", "diag.cos_zv", "diag.self_weight", "diag.value_cos"):
             print(f"    {n} per layer {' '.join(f'{x:+.4f}' for x in ref[n])} (bf16 tolerance "
                   f"{float(ref['tol_bf16.' + n][0]):.1e})")
 

@@ -167,7 +167,9 @@ def similarity_diagnostics(q, k, v, y, z, w):
     """One layer's attention-similarity statistics (spec/xsa.md, "Diagnostics the study reports"), in float64,
     from what attention and XSA saw: q (B, T, H, D), k/v (B, T, Hkv, D), y/z (B, T, H, D) before/after XSA,
     window w. Means over batch, heads and positions t >= 1 (at t = 0 the only key is the token itself, y = v):
-    cos(y, v) and cos(z, v) with the token's own value, and the softmax weight a query puts on its own key."""
+    cos(y, v) and cos(z, v) with the token's own value, and the softmax weight a query puts on its own key.
+    And value_cos, the baseline cos(y, v) is read against: the mean cos(v_i, v_j) over the pairs of different
+    positions i != j (all T of them) of a row and kv head, averaged over rows and kv heads."""
     q, k, v, y, z = (t.detach().double() for t in (q, k, v, y, z))
     T, H, D = q.shape[1:]
     g = H // k.shape[2]
@@ -175,8 +177,10 @@ def similarity_diagnostics(q, k, v, y, z, w):
     s = torch.einsum("bihd,bjhd->bhij", q, ks) / math.sqrt(D)
     s = s.masked_fill(~window_mask(T, w), float("-inf"))
     self_weight = (s.diagonal(dim1=-2, dim2=-1) - torch.logsumexp(s, dim=-1)).exp()  # (B, H, T)
+    pair_cos = _cos(v[:, :, None], v[:, None, :])  # (B, T, T, Hkv): cos(v_i, v_j)
+    off_diagonal = ~torch.eye(T, dtype=torch.bool)[None, :, :, None].expand_as(pair_cos)
     return dict(cos_yv=float(_cos(y, vs)[:, 1:].mean()), cos_zv=float(_cos(z, vs)[:, 1:].mean()),
-                self_weight=float(self_weight[:, :, 1:].mean()))
+                self_weight=float(self_weight[:, :, 1:].mean()), value_cos=float(pair_cos[off_diagonal].mean()))
 
 
 class CausalSelfAttention(nn.Module):
