@@ -40,6 +40,21 @@ struct BatchStaging {
 };
 #endif
 
+// Phase timing, for the benchmark's breakdown of a micro-step (dev/bench/bench_fwdbwd.cu): while `on`,
+// backend_phase(name) ends the current phase and starts `name`, and backend_phases_collect() adds each
+// phase's time to its name's total. CUDA: events on the stream (graphs must be off: a captured event would
+// not time this run); CPU: the wall clock, the CPU ops being synchronous. Off, backend_phase is one branch.
+struct PhaseTimer {
+    bool on = false;
+    std::vector<const char*> names;  // of the marks since the last collect: mark i starts phase names[i]
+#ifdef __CUDACC__
+    std::vector<cudaEvent_t> marks;  // a pool, grown as needed
+#else
+    std::vector<double> marks;       // wall_ms()
+#endif
+    std::vector<std::pair<std::string, double>> totals;  // ms per phase name, in first-seen order
+};
+
 struct Backend {
 #ifdef __CUDACC__
     cudaStream_t stream = 0;
@@ -50,8 +65,48 @@ struct Backend {
 #endif
     bool xsa_fused = true;           // CUDA: XSA in attention's epilogue (else its own kernels); CPU: always separate
     bool graphs = true;              // CUDA: replay the training micro-step as a CUDA graph; CPU: no effect
+    PhaseTimer phases;
 };
 static Backend g_backend;
+
+static inline void backend_phase(const char* name) {
+    PhaseTimer& p = g_backend.phases;
+    if (!p.on) return;
+    const size_t i = p.names.size();
+#ifdef __CUDACC__
+    if (i == p.marks.size()) {
+        p.marks.push_back(nullptr);
+        cudaCheck(cudaEventCreate(&p.marks.back()));
+    }
+    cudaCheck(cudaEventRecord(p.marks[i], g_backend.stream));
+#else
+    if (i == p.marks.size()) p.marks.push_back(0.0);
+    p.marks[i] = wall_ms();
+#endif
+    p.names.push_back(name);
+}
+
+// Ends the last phase, waits for it, and adds every phase since the last collect to the totals.
+static inline void backend_phases_collect() {
+    PhaseTimer& p = g_backend.phases;
+    if (!p.on || p.names.empty()) return;
+    backend_phase("");  // the end mark
+#ifdef __CUDACC__
+    cudaCheck(cudaEventSynchronize(p.marks[p.names.size() - 1]));
+#endif
+    for (size_t i = 0; i + 1 < p.names.size(); i++) {
+#ifdef __CUDACC__
+        float ms = 0.0f;
+        cudaCheck(cudaEventElapsedTime(&ms, p.marks[i], p.marks[i + 1]));
+#else
+        const double ms = p.marks[i + 1] - p.marks[i];
+#endif
+        auto it = std::find_if(p.totals.begin(), p.totals.end(), [&](const std::pair<std::string, double>& t) { return t.first == p.names[i]; });
+        if (it == p.totals.end()) p.totals.emplace_back(p.names[i], ms);
+        else it->second += ms;
+    }
+    p.names.clear();
+}
 
 static inline void backend_init() {
 #ifdef __CUDACC__

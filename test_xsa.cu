@@ -668,6 +668,37 @@ static void test_loss_decreases(bool adamw_only, float alpha) {
 }
 
 // ----------------------------------------------------------------------------------------------------
+// 11b. Phase timing (the benchmark's breakdown): one micro-step of a 3-layer model gives the 12 phases of
+// the model, each timed, each layer's time added to its phase's, and together the whole micro-step
+
+static void test_phase_timing() {
+    GPTConfig c = tiny_config(100, 3, 32, 2, 16, 32, 8);
+    c.xsa_alpha = 1.0f;
+    c.xsa_layer.assign(3, true);
+    GPT model;
+    gpt_build(&model, c);
+    gpt_init_weights(&model, 5);
+    std::vector<int> tokens(4 * 32 + 1, 7);
+    gpt_train_micro_step(&model, tokens.data(), tokens.data() + 1, 4, 32, 1.0f);  // allocations happen here, untimed
+    g_backend.phases = PhaseTimer();
+    g_backend.phases.on = true;
+    const double t0 = wall_ms();
+    gpt_train_micro_step(&model, tokens.data(), tokens.data() + 1, 4, 32, 1.0f);
+    backend_phases_collect();
+    const double wall = wall_ms() - t0;
+    g_backend.phases.on = false;
+    double total = 0.0;
+    bool positive = true;
+    for (const auto& t : g_backend.phases.totals) total += t.second, positive &= t.second > 0.0;
+    const size_t phases = g_backend.phases.totals.size();
+    check(phases == 12 && positive && total <= wall && total >= 0.5 * wall,
+          "phase timing: %zu phases (12 expected), each > 0: %s, together %.2f ms of the micro-step's %.2f ms", phases,
+          positive ? "yes" : "NO", total, wall);
+    g_backend.phases = PhaseTimer();
+    gpt_free(&model);
+}
+
+// ----------------------------------------------------------------------------------------------------
 // 12. Data: packing on a hand-made stream, loader resume, bits per byte by hand
 
 static void write_shard(const std::string& path, const std::vector<uint32_t>& tokens, int version) {
@@ -1143,6 +1174,7 @@ int main() {
     for (bool adamw_only : {false, true})
         for (float alpha : {0.0f, 1.0f}) test_loss_decreases(adamw_only, alpha);
 
+    test_phase_timing();
     test_nanochat_counts(12, 768, 6, 286261730, 110100912, 759696048.0);
     test_nanochat_counts(24, 1536, 12, 1384122122, 729810624, 4775225616.0);
 

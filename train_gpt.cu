@@ -592,7 +592,8 @@ static void gpt_forward_pass(GPT* model, bool with_targets) {
     const int qd = H * D, kvd = Hkv * D;
     auto mm = [&](const float* master) { return model->params_mm + (master - model->params); };  // a weight's matmul copy
 
-    // embedding, norm, smear
+    // embedding, norm, smear (backend_phase: the benchmark's breakdown of the step; nothing otherwise)
+    backend_phase("forward: embedding, norm, smear");
     embedding_forward(a.emb_norm, a.idx, w.wte, N, C);
     rmsnorm_forward(a.emb_norm, a.emb_rstd, a.emb_norm, N, C, 1.0f);
     if (c.smear) smear_forward(a.x0, a.smear_logit, a.emb_norm, w.smear_gate, w.smear_lambda, B, T, C);
@@ -601,6 +602,7 @@ static void gpt_forward_pass(GPT* model, bool with_targets) {
     for (int l = 0; l < c.n_layer; l++) {
         const LayerWeights& lw = w.h[l];
         LayerActs& la = a.layer[l];
+        backend_phase("forward: lambda mix, norm, q k v, value embeds, rotary + QK-norm");
         lambda_mix_forward(la.x_mix, x, a.x0, &w.resid_lambdas[l], &w.x0_lambdas[l], N * C);
         // attention branch
         rmsnorm_forward(la.h, la.rstd1, la.x_mix, N, C, 1.0f);
@@ -610,9 +612,12 @@ static void gpt_forward_pass(GPT* model, bool with_targets) {
         if (layer_has_ve(c, l)) value_embed_forward(la.v, la.ve_gate, la.h, lw.ve_gate, lw.value_embed, a.idx, N, C, Hkv, D);
         rotary_rmsnorm_forward(la.q, la.q_rstd, model->rope_cos, model->rope_sin, B, T, H, D, QK_SCALE);
         rotary_rmsnorm_forward(la.k, la.k_rstd, model->rope_cos, model->rope_sin, B, T, Hkv, D, QK_SCALE);
+        backend_phase("forward: attention (+ XSA)");
         attention_xsa_forward(la.z, la.y, la.lse, la.q, la.k, la.v, B, T, H, Hkv, D, layer_window(c, l), layer_has_xsa(c, l), c.xsa_alpha);
+        backend_phase("forward: attention output projection");
         matmul_forward_add(la.x_attn, la.z, mm(lw.c_proj), la.x_mix, N, qd, C);
         // MLP branch
+        backend_phase("forward: norm, MLP");
         rmsnorm_forward(la.h2, la.rstd2, la.x_attn, N, C, 1.0f);
         matmul_forward(la.fc, la.h2, mm(lw.c_fc), N, C, 4 * C);
         relu2_forward(la.act, la.fc, N * 4 * C);
@@ -621,6 +626,7 @@ static void gpt_forward_pass(GPT* model, bool with_targets) {
     }
 
     // backout, final norm, lm_head (only the first V rows: padded rows never reach a logit), softcap, loss
+    backend_phase("forward: backout, norm, lm_head, loss");
     backend_copy(a.x_backout, x, N * C * sizeof(floatX));
     scaled_add(a.x_backout, w.backout_lambda, -1.0f, a.layer[c.n_layer / 2].x_out, N * C);
     rmsnorm_forward(a.x_final, a.rstd_f, a.x_backout, N, C, 1.0f);
@@ -657,6 +663,7 @@ static void gpt_backward(GPT* model, float grad_scale) {
     auto mm = [&](const float* master) { return model->params_mm + (master - model->params); };
 
     // loss -> logits -> final norm -> backout
+    backend_phase("backward: loss, lm_head, norm, backout");
     softcap_crossentropy_backward(a.logits, a.targets, N, V, SOFTCAP, grad_scale / (float)N);
     matmul_backward(a.d_h, g.lm_head, a.logits, a.x_final, mm(w.lm_head), N, C, V, GRAD_OVERWRITE);
     rmsnorm_backward(a.d_backout, a.d_h, a.x_final, a.rstd_f, N, C, 1.0f, GRAD_OVERWRITE);
@@ -672,15 +679,19 @@ static void gpt_backward(GPT* model, float grad_scale) {
         if (l == backout_layer) scaled_add(a.d_res, w.backout_lambda, -1.0f, a.d_backout, N * C);
 
         // MLP branch: x_out = x_attn + relu(h2 Wfc^T)^2 Wmlp^T
+        backend_phase("backward: MLP, norm");
         matmul_backward(a.d_fc, lg.mlp_proj, a.d_res, la.act, mm(lw.mlp_proj), N, 4 * C, C, GRAD_OVERWRITE);
         relu2_backward(a.d_fc, a.d_fc, la.fc, N * 4 * C);
         matmul_backward(a.d_h, lg.c_fc, a.d_fc, la.h2, mm(lw.c_fc), N, C, 4 * C, GRAD_OVERWRITE);
         rmsnorm_backward(a.d_res, a.d_h, la.h2, la.rstd2, N, C, 1.0f, GRAD_ACCUMULATE);  // d_res: dL/dx_attn
 
         // attention branch: x_attn = x_mix + z Wproj^T
+        backend_phase("backward: attention output projection");
         matmul_backward(a.d_y, lg.c_proj, a.d_res, la.z, mm(lw.c_proj), N, qd, C, GRAD_OVERWRITE);  // d_y holds dL/dz
+        backend_phase("backward: attention (+ XSA)");
         attention_xsa_backward(a.d_q, a.d_k, a.d_v, a.d_y, la.q, la.k, la.v, la.y, la.lse, B, T, H, Hkv, D, layer_window(c, l),
                                layer_has_xsa(c, l), c.xsa_alpha);
+        backend_phase("backward: rotary + QK-norm, q k v, value embeds, norm, lambda mix");
         rotary_rmsnorm_backward(a.d_q_rot, a.d_q, la.q, la.q_rstd, model->rope_cos, model->rope_sin, B, T, H, D, QK_SCALE);
         rotary_rmsnorm_backward(a.d_k_rot, a.d_k, la.k, la.k_rstd, model->rope_cos, model->rope_sin, B, T, Hkv, D, QK_SCALE);
         matmul_backward(a.d_h, lg.c_q, a.d_q_rot, la.h, mm(lw.c_q), N, C, qd, GRAD_OVERWRITE);
@@ -699,6 +710,7 @@ static void gpt_backward(GPT* model, float grad_scale) {
     add_inplace(a.d_x0, a.d_res, N * C);  // layer 0 reads x0 as its input too
 
     // smear, embedding norm, wte
+    backend_phase("backward: smear, norm, embedding");
     floatX* d_emb_norm = a.d_x0;
     if (c.smear) {
         backend_zero(a.d_res, N * C * sizeof(floatX));

@@ -5,7 +5,8 @@
 #      references, identities, graphs, the CUDA trainer against the CPU one), then the CPU suite
 #   3. the kernel harnesses: each CUDA op against its CPU twin on random inputs, with timings
 #   4. compute-sanitizer memcheck on a tiny training run
-#   5. benchmark d12 (768/12 heads) and d24 (1024/16 heads), T 2048: XSA off, alpha 1 fused and unfused
+#   5. benchmark d12 (768/12 heads) and d24 (1024/16 heads), T 2048: XSA off, alpha 1 fused and unfused,
+#      and the phases of a d24 XSA micro-step (where its time goes)
 # and prints a table last: tokens/s, MFU (nanochat FLOPs, 989 TFLOP/s peak), memory, XSA overhead
 # (and d12 without CUDA graphs, d24 with 16 rows, to show what graphs and rows buy).
 # Logs go to $OUT (or /tmp/gpu_check). Without a GPU it builds what it can and says so.
@@ -84,6 +85,12 @@ for d in 12 24; do
 done
 bench "d12_base_no_graphs" 12 768 12 12 64 2048 32768 "$D12_BATCH" SSSL 512 0 "$ITERS" 1 0  # what the CUDA graph saves
 bench "d24_base_b16" 24 1024 16 16 64 2048 32768 16 SSSL 512 0 "$ITERS" 1  # half the rows: what the batch buys
+# where a d24 XSA micro-step's time goes, by phase of the model (eager launches, CUDA events)
+if timeout 180 dev/bench/bench_fwdbwd_cuda 24 1024 16 16 64 2048 32768 "$D24_BATCH" SSSL 512 1 5 1 1 1 > "$OUT/phases_d24_xsa.log" 2>&1; then
+    phases=$(sed -n '/^phases of a micro-step/,$p' "$OUT/phases_d24_xsa.log")
+else
+    phases="phases of a d24 XSA micro-step: FAIL ($OUT/phases_d24_xsa.log)"
+fi
 
 # the summary, also written to $OUT/summary.md for dev/gpu_results.md
 {
@@ -106,4 +113,7 @@ for row in "${table[@]}"; do
     fi
     printf '%-20s %12s %8s %9s %13s %8s %10s\n' "$1" "$2" "$3" "$4" "$5" "$6" "$cost"
 done
+echo
+echo "d24, XSA alpha 1 fused, $D24_BATCH x 2048:"
+echo "$phases"
 } | tee "$OUT/summary.md"

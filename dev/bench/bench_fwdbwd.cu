@@ -3,13 +3,15 @@ bench_fwdbwd.cu: tokens/s of one training step on random tokens, for either back
 built with g++ or nvcc). The CPU build feeds dev/bench/cpu_vs_torch.sh (PyTorch: bench_torch.py with the
 same model); the CUDA build feeds dev/gpu_check.sh.
   make dev/bench/bench_fwdbwd        (CPU)      make dev/bench/bench_fwdbwd_cuda    (CUDA)
-usage: bench_fwdbwd LAYERS DIM HEADS KV_HEADS HEAD_DIM SEQ_LEN VOCAB BATCH WINDOW_PATTERN SHORT_WINDOW XSA_ALPHA ITERS [XSA_FUSED [GRAPHS]]
+usage: bench_fwdbwd LAYERS DIM HEADS KV_HEADS HEAD_DIM SEQ_LEN VOCAB BATCH WINDOW_PATTERN SHORT_WINDOW XSA_ALPHA ITERS [XSA_FUSED [GRAPHS [PHASES]]]
 The forward+backward is the trainer's own micro-step (gpt_train_micro_step: a CUDA graph after the first
 two runs unless GRAPHS is 0). Prints its rate ("ours tok/s ... ms/iter ...", median over ITERS after two
 warm-up iterations), the forward alone, the optimizer step, and the rate and MFU (nanochat FLOPs, where
 the GPU's peak is known) of a whole training step as train_gpt runs it: the plan's total batch (nanochat's
 Power Lines rule, as train_gpt picks it) as micro-steps of BATCH x SEQ_LEN, then one optimizer step.
-Last, the memory in use.
+Then the memory in use. With PHASES 1, last, where a micro-step's time goes: ITERS more micro-steps run
+eagerly with phase timing on (backend_phase marks in the model: CUDA events, or the wall clock on the
+CPU), and a table gives each phase's ms per micro-step (summed over layers) and share.
 */
 #define TRAIN_GPT_NO_MAIN  // use train_gpt.cu as a library: everything but main()
 #include "../../train_gpt.cu"
@@ -26,9 +28,9 @@ static void synchronize() {
 }
 
 int main(int argc, char** argv) {
-    if (argc < 13 || argc > 15)
-        fail("usage: %s LAYERS DIM HEADS KV_HEADS HEAD_DIM SEQ_LEN VOCAB BATCH WINDOW_PATTERN SHORT_WINDOW XSA_ALPHA ITERS [XSA_FUSED [GRAPHS]]",
-             argv[0]);
+    if (argc < 13 || argc > 16)
+        fail("usage: %s LAYERS DIM HEADS KV_HEADS HEAD_DIM SEQ_LEN VOCAB BATCH WINDOW_PATTERN SHORT_WINDOW XSA_ALPHA ITERS [XSA_FUSED [GRAPHS "
+             "[PHASES]]]", argv[0]);
     backend_init();
     GPTConfig c;
     c.n_layer = (int)parse_int("LAYERS", argv[1]);
@@ -46,7 +48,8 @@ int main(int argc, char** argv) {
     c.xsa_layer.assign(c.n_layer, c.xsa_alpha > 0.0f);
     const int iters = (int)parse_int("ITERS", argv[12]);
     if (argc >= 14) g_backend.xsa_fused = parse_bool("XSA_FUSED", argv[13]);
-    if (argc == 15) g_backend.graphs = parse_bool("GRAPHS", argv[14]);
+    if (argc >= 15) g_backend.graphs = parse_bool("GRAPHS", argv[14]);
+    const bool phases = argc == 16 && parse_bool("PHASES", argv[15]);
     if (B < 1 || iters < 1) fail("BATCH and ITERS must be >= 1");
     GPT model;
     gpt_build(&model, c);
@@ -92,6 +95,21 @@ int main(int argc, char** argv) {
     if (peak > 0) printf(" MFU %.1f%%", 100.0 * step_tok_s * flops_per_token(c) / peak);
     printf("\n");
     if (backend_memory_in_use() > 0) printf("device memory in use GiB %.2f\n", backend_memory_in_use() / 1073741824.0);
+    if (phases) {
+        g_backend.graphs = false;  // an event inside a replayed graph would not time this run
+        g_backend.phases.on = true;
+        for (int it = 0; it < iters; it++) {
+            gpt_zero_grad(&model);
+            gpt_train_micro_step(&model, tokens.data(), tokens.data() + 1, B, c.seq_len, 1.0f);
+            backend_phases_collect();
+        }
+        double total = 0.0;
+        for (const auto& t : g_backend.phases.totals) total += t.second;
+        printf("phases of a micro-step (eager launches, mean over %d; ms summed over layers):\n", iters);
+        for (const auto& t : g_backend.phases.totals)
+            printf("  %-72s %9.3f ms %5.1f%%\n", t.first.c_str(), t.second / iters, 100.0 * t.second / total);
+        printf("  %-72s %9.3f ms\n", "total", total / iters);
+    }
     optimizer_free(&opt);
     gpt_free(&model);
     return 0;
