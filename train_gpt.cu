@@ -1177,8 +1177,12 @@ static double train_step(GPT* model, Optimizer* opt, DataLoader* train, int accu
     return loss;
 }
 
-// CORE (spec 5.2): each item's prompts run as one batch, right-padded with BOS; the per-position losses
-// and greedy predictions are scored by core.h. max_per_task > 0 evaluates the first items of each task.
+// CORE (spec 5.2): each prompt of an item is a row, right-padded with BOS (rows are independent under
+// causal attention, so the padding changes nothing before it); consecutive items share one forward, up to
+// CORE_BATCH_ROWS rows, so that a GPU is not left waiting on one small batch after another. The per-position
+// losses and greedy predictions are scored by core.h. max_per_task > 0 evaluates the first items of each task.
+static const int CORE_BATCH_ROWS = 32;
+
 static CoreResult core_evaluate(GPT* model, const std::vector<CoreTask>& tasks, int max_per_task) {
     CoreResult result;
     for (const CoreTask& task : tasks) {
@@ -1187,28 +1191,38 @@ static CoreResult core_evaluate(GPT* model, const std::vector<CoreTask>& tasks, 
         r.type = task.type;
         r.random_baseline = task.random_baseline;
         const int n_items = max_per_task > 0 ? std::min<int>(max_per_task, (int)task.items.size()) : (int)task.items.size();
-        for (int i = 0; i < n_items; i++) {
-            const CoreItem& item = task.items[i];
-            const int B = (int)item.prompts.size();
-            int T = 0;
-            for (const CorePrompt& p : item.prompts) T = std::max(T, (int)p.tokens.size());
-            std::vector<int> idx((size_t)B * T, task.bos_id), targets((size_t)B * T, task.bos_id);
-            for (int b = 0; b < B; b++) {
-                const std::vector<int>& tok = item.prompts[b].tokens;
-                std::copy(tok.begin(), tok.end(), idx.begin() + (size_t)b * T);
-                std::copy(tok.begin() + 1, tok.end(), targets.begin() + (size_t)b * T);
+        for (int first = 0, end = 0; first < n_items; first = end) {
+            // the items [first, end) of this forward: at least one, then as many as fit in the rows
+            int rows = 0, T = 0;
+            for (end = first; end < n_items && (end == first || rows + (int)task.items[end].prompts.size() <= CORE_BATCH_ROWS); end++) {
+                rows += (int)task.items[end].prompts.size();
+                for (const CorePrompt& p : task.items[end].prompts) T = std::max(T, (int)p.tokens.size());
             }
-            gpt_forward(model, idx.data(), targets.data(), B, T);
-            std::vector<std::vector<float>> losses(B, std::vector<float>(T));
-            std::vector<std::vector<int>> argmax(B, std::vector<int>(T, -1));  // only the answer positions are needed
-            for (int b = 0; b < B; b++) {
-                for (int t = 0; t < T; t++) losses[b][t] = model->losses_host[(size_t)b * T + t];
-                if (task.type == CORE_LANGUAGE_MODELING)
-                    for (int t = item.prompts[b].span_start - 1; t < item.prompts[b].span_end - 1; t++) argmax[b][t] = gpt_argmax(model, (size_t)b * T + t);
+            std::vector<int> idx((size_t)rows * T, task.bos_id), targets((size_t)rows * T, task.bos_id);
+            int row = 0;
+            for (int i = first; i < end; i++)
+                for (const CorePrompt& p : task.items[i].prompts) {
+                    std::copy(p.tokens.begin(), p.tokens.end(), idx.begin() + (size_t)row * T);
+                    std::copy(p.tokens.begin() + 1, p.tokens.end(), targets.begin() + (size_t)row * T);
+                    row++;
+                }
+            gpt_forward(model, idx.data(), targets.data(), rows, T);
+            row = 0;
+            for (int i = first; i < end; i++) {
+                const CoreItem& item = task.items[i];
+                const int B = (int)item.prompts.size();
+                std::vector<std::vector<float>> losses(B, std::vector<float>(T));
+                std::vector<std::vector<int>> argmax(B, std::vector<int>(T, -1));  // only the answer positions are needed
+                for (int b = 0; b < B; b++, row++) {
+                    for (int t = 0; t < T; t++) losses[b][t] = model->losses_host[(size_t)row * T + t];
+                    if (task.type == CORE_LANGUAGE_MODELING)
+                        for (int t = item.prompts[b].span_start - 1; t < item.prompts[b].span_end - 1; t++)
+                            argmax[b][t] = gpt_argmax(model, (size_t)row * T + t);
+                }
+                std::vector<double> option_loss;
+                r.correct.push_back(core_score_item(task, item, losses, argmax, &option_loss) ? 1 : 0);
+                r.option_loss.push_back(option_loss);
             }
-            std::vector<double> option_loss;
-            r.correct.push_back(core_score_item(task, item, losses, argmax, &option_loss) ? 1 : 0);
-            r.option_loss.push_back(option_loss);
         }
         result.tasks.push_back(r);
     }
