@@ -119,27 +119,20 @@ static inline void backend_init() {
 #endif
 }
 
-// Device memory in use (measured), 0 on the CPU backend.
-static inline size_t backend_memory_in_use() {
+// The device's memory: in use (measured) or in total, in bytes; 0 on the CPU backend (host memory is
+// neither reported nor planned for).
+static inline size_t backend_device_memory_query(bool in_use) {
 #ifdef __CUDACC__
     size_t free_bytes = 0, total_bytes = 0;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
-    return total_bytes - free_bytes;
+    return in_use ? total_bytes - free_bytes : total_bytes;
 #else
+    (void)in_use;
     return 0;
 #endif
 }
-
-// Device memory in total, 0 on the CPU backend (host memory is not planned for).
-static inline size_t backend_device_memory() {
-#ifdef __CUDACC__
-    size_t free_bytes = 0, total_bytes = 0;
-    cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
-    return total_bytes;
-#else
-    return 0;
-#endif
-}
+static inline size_t backend_memory_in_use() { return backend_device_memory_query(true); }
+static inline size_t backend_device_memory() { return backend_device_memory_query(false); }
 
 // bf16 dense peak of this device in FLOP/s for MFU (nanochat's table, H100/H200), 0 if unknown: then no
 // MFU is printed rather than a made-up one.
