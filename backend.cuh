@@ -119,6 +119,15 @@ static inline void backend_init() {
 #endif
 }
 
+// What runs the model, for the logs: the GPU's name, or the CPU backend's thread count.
+static inline std::string backend_device_name() {
+#ifdef __CUDACC__
+    return g_cuda.name;
+#else
+    return "CPU, " + std::to_string(num_threads()) + " threads";
+#endif
+}
+
 // The device's memory: in use (measured) or in total, in bytes; 0 on the CPU backend (host memory is
 // neither reported nor planned for).
 static inline size_t backend_device_memory_query(bool in_use) {

@@ -895,7 +895,8 @@ static void test_cli_resume() {
     std::string metrics_a = read_file("/tmp/xsa_cli_a/metrics.jsonl");
     bool checkpoints = !read_file("/tmp/xsa_cli_a/ckpt_000003.safetensors").empty() && !read_file("/tmp/xsa_cli_a/ckpt_000006.safetensors").empty();
     int train_lines = count_of(metrics_a, "\"kind\": \"train\""), eval_lines = count_of(metrics_a, "\"kind\": \"eval\"");
-    bool keys = metrics_a.rfind("{\"step\": 0, \"kind\": \"eval\", \"val_bpb\": ", 0) == 0 && count_of(metrics_a, "\"lr_mult\": ") == 6 &&
+    bool keys = metrics_a.rfind("{\"step\": 0, \"kind\": \"run\", ", 0) == 0 && count_of(metrics_a, "\"xsa_alpha\": \"1\"") == 1 &&
+                count_of(metrics_a, "{\"step\": 0, \"kind\": \"eval\", \"val_bpb\": ") == 1 && count_of(metrics_a, "\"lr_mult\": ") == 6 &&
                 count_of(metrics_a, "\"dt_ms\": ") == 6 && count_of(metrics_a, "\"tok_per_s\": ") == 6 && count_of(metrics_a, "\"mfu\": ") == 6 &&
                 count_of(metrics_a, "{\"step\": 5, \"kind\": \"train\"") == 1 && count_of(metrics_a, "{\"step\": 6, \"kind\": \"eval\"") == 1;
     check(out.find("samples at step") == std::string::npos, "train_gpt --sample-every -1 prints no samples, not even at the end");
@@ -909,7 +910,8 @@ static void test_cli_resume() {
     std::string metrics_b = read_file("/tmp/xsa_cli_b/metrics.jsonl");
     bool same_weights = !final_a.empty() && final_a == final_b;
     bool same_losses = train_losses(metrics_b).size() == 6 && train_losses(metrics_a) == train_losses(metrics_b);
-    bool no_duplicates = count_of(metrics_b, "\"kind\": \"train\"") == 6 && count_of(metrics_b, "\"kind\": \"eval\"") == 3;
+    bool no_duplicates = count_of(metrics_b, "\"kind\": \"train\"") == 6 && count_of(metrics_b, "\"kind\": \"eval\"") == 3 &&
+                         count_of(metrics_b, "\"kind\": \"run\"") == 1;
     check(code_b == 0 && same_weights && same_losses && no_duplicates,
           "train_gpt --resume from step 3: exit %d, final weights %s, train losses of steps 0..5 %s, metrics.jsonl without duplicates %s", code_b,
           same_weights ? "bit-identical" : "DIFFER", same_losses ? "identical" : "DIFFER", no_duplicates ? "yes" : "NO");
@@ -918,6 +920,90 @@ static void test_cli_resume() {
     // and so is another micro-batch (it changes which documents each step sees)
     test_cli_rejects(std::string(TINY) + " -n 6 -x 1 -b 1 --resume /tmp/xsa_cli_a", "resume with -b 2");
     system("rm -rf /tmp/xsa_cli_a /tmp/xsa_cli_b");
+}
+
+// dev/compare_runs.py on two hand-made runs whose table entries are worked out by hand below, then on two
+// real runs of train_gpt (its "run" line names what differs), then on bad input.
+static std::string hand_made_run(const char* alpha, const char* layers, int seed, const double loss[5], const double dt_ms[5], double bpb_mid,
+                                 double bpb_end, const char* cos_yv, const char* cos_zv, double core) {
+    char buf[4096];
+    std::string s;
+    snprintf(buf, sizeof buf, "{\"step\": 0, \"kind\": \"run\", \"batch\": 2, \"steps\": 5, \"seed\": %d, \"device\": \"dev%d\", "
+             "\"model\": {\"n_layer\": \"2\", \"xsa_alpha\": \"%s\", \"xsa_layers\": \"%s\"}, \"optim\": {\"optim.muon_eq\": \"1\"}}\n",
+             seed, seed, alpha, layers);
+    s += buf;
+    s += "{\"step\": 0, \"kind\": \"eval\", \"val_bpb\": 2.0, \"eval_tokens\": 64}\n";
+    const double mfu[5] = {0.1, 0.40, 0.42, 0.39, 0.41};
+    for (int i = 0; i < 5; i++) {
+        snprintf(buf, sizeof buf, "{\"step\": %d, \"kind\": \"train\", \"loss\": %.4f, \"lr_mult\": 1.0, \"dt_ms\": %.1f, \"tok_per_s\": %.1f, \"mfu\": %.2f}\n", i,
+                 loss[i], dt_ms[i], 128 / (dt_ms[i] / 1000.0), mfu[i]);
+        s += buf;
+        if (i == 2 && bpb_mid > 0) {
+            snprintf(buf, sizeof buf, "{\"step\": 3, \"kind\": \"eval\", \"val_bpb\": %.4f, \"eval_tokens\": 64}\n", bpb_mid);
+            s += buf;
+        }
+    }
+    snprintf(buf, sizeof buf, "{\"step\": 5, \"kind\": \"eval\", \"val_bpb\": %.4f, \"eval_tokens\": 64}\n"
+             "{\"step\": 5, \"kind\": \"diag\", \"cos_yv\": %s, \"cos_zv\": %s, \"self_weight\": [0.1, 0.2], \"value_cos\": [0.01, 0.03]}\n"
+             "{\"step\": 5, \"kind\": \"core\", \"core\": %.4f, \"centered\": {\"t1\": 0.2, \"t2\": %.4f}}\n",
+             bpb_end, cos_yv, cos_zv, core, 2 * core - 0.2);
+    return s + buf;
+}
+
+static void test_compare_runs() {
+    const std::string dir = "/tmp/xsa_compare";
+    system(("rm -rf " + dir + " && mkdir -p " + dir + "/base " + dir + "/xsa " + dir + "/other_seed").c_str());
+    const double loss_a[5] = {4.0, 3.0, 2.0, 1.5, 1.25}, loss_b[5] = {4.0, 3.0, 2.1, 1.5, 1.20};
+    const double dt_a[5] = {500, 100, 102, 98, 101}, dt_b[5] = {400, 101, 103, 99, 102};
+    write_file(dir + "/base/metrics.jsonl", hand_made_run("0", "", 42, loss_a, dt_a, 0.8400, 0.8484, "[0.30, 0.50]", "[0.30, 0.50]", 0.1602));
+    const std::string xsa = hand_made_run("1", "0,1", 42, loss_b, dt_b, -1, 0.8457, "[0.20, 0.40]", "[0.0, 0.0]", 0.1508);
+    write_file(dir + "/xsa/metrics.jsonl", xsa);
+    write_file(dir + "/other_seed/metrics.jsonl", hand_made_run("1", "0,1", 43, loss_b, dt_b, -1, 0.8457, "[0.20, 0.40]", "[0.0, 0.0]", 0.1508));
+    std::string out;
+    int code = run_program("python3 dev/compare_runs.py", dir + "/base " + dir + "/xsa", &out, true);
+    // by hand: bpb 0.8457 - 0.8484 = -0.0027, / 0.8484 = -0.32%; best of the baseline is its step-3 0.8400, so +0.0057 = +0.68%;
+    // CORE -0.0094 / 0.1602 = -5.87%; mean loss over the last 10% of 5 steps = step 4 alone: 1.20 vs 1.25 = -4.00%;
+    // smoothed (debiased EMA 0.9) curves differ most at step 2: 0.804 / 0.271 - 0.794 / 0.271 = 0.0369;
+    // median ms over steps 1-4 (step 0 left out): 100.5 and 101.5, +1.00% (with step 0: 101 and 102, +0.99%);
+    // MFU median of 0.40 0.42 0.39 0.41 = 40.5%; diagnostics: means 0.4 -> 0.3 and 0.4 -> 0.0.
+    const char* expected[] = {"model.xsa_alpha: base \"0\" | xsa \"1\"", "model.xsa_layers: base \"\" | xsa \"0,1\"",
+                              "val bpb at step 5 (last common)  0.8484  0.8457 (-0.0027, -0.32%)",
+                              "best val bpb (any step)          0.8400  0.8457 (+0.0057, +0.68%)", "CORE at step 5", "0.1602  0.1508 (-0.0094, -5.87%)",
+                              "t2 (centered)", "0.1204  0.1016 (-0.0188)", "1.2500  1.2000 (-0.0500, -4.00%)",
+                              "max |smoothed loss - baseline's|, steps 0-4  0.0000  0.0369", "cos(y, v) before XSA   0.4000  0.3000 (-0.1000)",
+                              "cos(z, v) after XSA    0.4000  0.0000 (-0.4000)", "ms per step  100.5  101.5 (+1.0, +1.00%)", "MFU %        40.5   40.5",
+                              "step-time overhead of xsa: +1.00% against base", "steps done: base 5/5, xsa 5/5"};
+    std::string missing;
+    for (const char* e : expected)
+        if (out.find(e) == std::string::npos) missing += std::string(" [") + e + "]";
+    check(code == 0 && missing.empty() && out.find("WARNING") == std::string::npos,
+          "compare_runs.py on hand-made runs: exit %d, every hand-worked entry printed%s%s", code, missing.empty() ? "" : ", MISSING:", missing.c_str());
+    if (!missing.empty()) printf("%s", out.c_str());
+    code = run_program("python3 dev/compare_runs.py", dir + "/base " + dir + "/other_seed", &out, true);
+    check(code == 0 && out.find("WARNING: not a matched comparison: seed differ") != std::string::npos && out.find("device:") != std::string::npos,
+          "compare_runs.py: runs with another seed are flagged as not matched (device differences are not)");
+
+    // two real runs, XSA off and on: the run line says what differs, and nothing else does
+    const std::string flags = std::string(TINY) + " -n 3 --core-every 3 --core-max-per-task 4";
+    int code_a = run_train_gpt(flags + " -o " + dir + "/real_base", &out, true);
+    int code_b = run_train_gpt(flags + " -x 1 -o " + dir + "/real_xsa", &out, true);
+    code = run_program("python3 dev/compare_runs.py", dir + "/real_base " + dir + "/real_xsa", &out, true);
+    check(code_a == 0 && code_b == 0 && code == 0 && out.find("settings that differ:\n  model.xsa_alpha: real_base \"0\" | real_xsa \"1\"\n  model.xsa_layers: ") != std::string::npos &&
+              out.find("WARNING") == std::string::npos && out.find("CORE at step 3") != std::string::npos && out.find("cos(z, v) after XSA") != std::string::npos,
+          "compare_runs.py on train_gpt runs with and without XSA: exit %d, only the XSA settings differ, CORE and diagnostics compared", code);
+
+    write_file(dir + "/bad.jsonl", xsa.substr(0, xsa.find("\"val_bpb\"")) + "\n");
+    write_file(dir + "/no_field.jsonl", "{\"step\": 0, \"kind\": \"eval\", \"eval_tokens\": 64}\n");
+    const std::pair<std::string, const char*> bad[] = {{dir + "/base", "at least two runs"},
+                                                      {dir + "/base " + dir + "/nowhere", "neither a run directory"},
+                                                      {dir + "/base " + dir + "/bad.jsonl", "line 2 is not a metrics record"},
+                                                      {dir + "/base " + dir + "/no_field.jsonl", "'val_bpb'"}};
+    for (const auto& b : bad) {
+        code = run_program("python3 dev/compare_runs.py", b.first, &out, false);
+        check(code == 1 && count_of(out, "\n") == 1 && out.find("error:") != std::string::npos && out.find(b.second) != std::string::npos,
+              "compare_runs.py %s: exit %d (1), one error line naming '%s'", b.first.c_str(), code, b.second);
+    }
+    system(("rm -rf " + dir).c_str());
 }
 
 static void test_cli_bad_data() {
@@ -1198,6 +1284,7 @@ int main() {
     test_cli_preset("-d 12 -t 1024 -B 2048", "batch: 2 rows per micro-batch (the default");  // 4 would not divide the total batch
     test_cli_resume();
     test_cli_bad_data();
+    test_compare_runs();
     test_cli_rejects("--bogus 1", "unknown option");
     test_cli_rejects("-x 1.5", "alpha");
     test_cli_rejects("-x -0.1", "alpha");

@@ -17,6 +17,7 @@ Model (nanochat a825e63 and later, ../shared/spec/nanochat.md 1.2-1.7), per toke
     if i == L/2: x_backout = x
   x = norm(x - backout_lambda * x_backout);  logits = 15 tanh(x lm_head^T / 15);  loss = cross-entropy
 */
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -1627,22 +1628,38 @@ static std::string checkpoint_path(const std::string& dir, int step) {
 // On resume, metrics.jsonl keeps what the run had logged up to the checkpoint: train lines of earlier
 // steps, eval and core lines up to the checkpoint's step; lines the interrupted run wrote later are dropped.
 static void truncate_metrics(const std::string& path, int resume_step) {
-    FILE* f = fopen(path.c_str(), "r");
+    std::ifstream f(path);
     if (!f) return;
-    std::string kept;
-    char line[4096];
-    while (fgets(line, sizeof line, f)) {
-        const char* s = strstr(line, "\"step\": ");
-        if (!s) continue;
-        int step = atoi(s + 8);
-        bool train = strstr(line, "\"kind\": \"train\"") != nullptr;  // eval and core lines at the checkpoint's step stay
-        if (step < resume_step || (!train && step == resume_step)) kept += line;
+    std::string kept, line;
+    while (std::getline(f, line)) {
+        size_t s = line.find("\"step\": ");
+        if (s == std::string::npos) continue;
+        int step = atoi(line.c_str() + s + 8);
+        bool train = line.find("\"kind\": \"train\"") != std::string::npos;  // eval and core lines at the checkpoint's step stay
+        if (step < resume_step || (!train && step == resume_step)) kept += line + "\n";
     }
-    fclose(f);
     FILE* out = fopen_or_fail((path + ".tmp").c_str(), "w");
     fwrite_or_fail(kept.data(), 1, kept.size(), out, path.c_str());
     fclose(out);
     if (rename((path + ".tmp").c_str(), path.c_str()) != 0) fail("cannot rewrite '%s': %s", path.c_str(), strerror(errno));
+}
+
+// The first line of DIR/metrics.jsonl: what was run (model, optimizer, batch, data, seed, device), so a
+// comparison of two runs (dev/compare_runs.py) can tell whether they differ only where they should.
+static void write_run_line(FILE* metrics, const Args& args, const TrainingPlan& plan, int B, int num_steps) {
+    auto object = [](const std::map<std::string, std::string>& m) {
+        std::string out = "{";
+        for (const auto& kv : m) out += (out.size() > 1 ? ", \"" : "\"") + json_escape(kv.first) + "\": \"" + json_escape(kv.second) + "\"";
+        return out + "}";
+    };
+    fprintf(metrics,
+            "{\"step\": 0, \"kind\": \"run\", \"backend\": \"%s\", \"device\": \"%s\", \"batch\": %d, \"total_batch\": %ld, \"steps\": %d, "
+            "\"seed\": %llu, \"train_data\": \"%s\", \"val_data\": \"%s\", \"tokenizer\": \"%s\", \"eval_tokens\": %ld, \"xsa_fused\": %d, "
+            "\"model\": %s, \"optim\": %s}\n",
+            json_escape(BACKEND_NAME).c_str(), json_escape(backend_device_name()).c_str(), B, plan.total_batch, num_steps,
+            (unsigned long long)args.seed, json_escape(args.train_pattern).c_str(), json_escape(args.val_pattern).c_str(),
+            json_escape(args.tokenizer_path).c_str(), args.eval_tokens, args.xsa_fused ? 1 : 0, object(config_to_metadata(args.config)).c_str(),
+            object(optim_to_metadata(plan.optim)).c_str());
 }
 
 static void print_samples(GPT* model, const Tokenizer* tok, int step) {
@@ -1735,6 +1752,7 @@ int main(int argc, char** argv) {
         std::string path = out_dir + "/metrics.jsonl";
         if (args.resume_dir.empty()) {
             metrics = fopen_or_fail(path.c_str(), "w");
+            write_run_line(metrics, args, plan, B, num_steps);
         } else {
             truncate_metrics(path, loop.step);
             metrics = fopen_or_fail(path.c_str(), "a");
