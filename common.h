@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdarg>
 #include <cstdint>
@@ -57,6 +58,13 @@ static long parse_int(const char* flag, const char* value) {
     long v = strtol(value, &end, 10);
     if (end == value || *end != '\0' || errno != 0) fail("%s expects an integer, got '%s'", flag, value);
     return v;
+}
+
+// Counts and shapes: an int, so a value past its range is an error rather than a wrapped number.
+static int parse_int32(const char* flag, const char* value) {
+    long v = parse_int(flag, value);
+    if (v < INT_MIN || v > INT_MAX) fail("%s: %s is out of range", flag, value);
+    return (int)v;
 }
 
 static float parse_float(const char* flag, const char* value) {

@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
         if (flag == "-e") weights = value;
         else if (flag == "-c") task_dir = value;
         else if (flag == "-o") csv = value;
-        else if (flag == "-m") max_per_task = (int)parse_int(flag.c_str(), value);
+        else if (flag == "-m") max_per_task = parse_int32(flag.c_str(), value);
         else fail("unknown option '%s' (see --help)", flag.c_str());
     }
     if (weights.empty() || task_dir.empty()) fail("eval_core needs -e CHECKPOINT and -c TASKDIR (see --help)");

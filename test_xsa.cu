@@ -1293,6 +1293,8 @@ int main() {
     test_cli_rejects("--dim 100 --heads 3", "not divisible");
     test_cli_rejects("--heads 12 --kv-heads 5", "multiple of --kv-heads");
     test_cli_rejects("-d", "needs a value");
+    test_cli_rejects("-t 4294967328", "out of range");  // would wrap to 32 as an int
+    test_cli_rejects("--seed -1", "--seed must be >= 0");
     test_cli_rejects("-d twelve", "integer");
     test_cli_rejects("--window-pattern SXL", "window-pattern");
 

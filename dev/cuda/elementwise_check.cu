@@ -519,7 +519,7 @@ static void check_value_embed(const char* tag, size_t N, int C, int Hkv, int D, 
 int main(int argc, char** argv) {
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc) fail("flag %s expects a value (flags: --reps N, --time 0|1, --tol-scale X)", argv[i]);
-        if (!strcmp(argv[i], "--reps")) g_reps = std::max(1, (int)parse_int(argv[i], argv[i + 1]));
+        if (!strcmp(argv[i], "--reps")) g_reps = std::max(1, parse_int32(argv[i], argv[i + 1]));
         else if (!strcmp(argv[i], "--time")) g_time = parse_bool(argv[i], argv[i + 1]);
         else if (!strcmp(argv[i], "--tol-scale")) g_tol_scale = parse_float(argv[i], argv[i + 1]);
         else fail("unknown flag %s (flags: --reps N, --time 0|1, --tol-scale X)", argv[i]);

@@ -92,7 +92,7 @@ static void check_loss(int N, int V, int repeats, Rng* rng) {
 
 int main(int argc, char** argv) {
     int repeats = 20;
-    if (argc > 1) repeats = (int)parse_int("repeats", argv[1]);
+    if (argc > 1) repeats = parse_int32("repeats", argv[1]);
     check_init();
     Rng rng = {7};
     // (N, V): nanochat's vocabulary, the largest supported, GPT-2's odd one, tiny and odd ones

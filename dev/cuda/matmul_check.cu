@@ -210,7 +210,7 @@ static void check_batched(const char* label, int M, int N, int K, bool transA, b
 
 int main(int argc, char** argv) {
     int repeats = 20;
-    if (argc > 1) repeats = (int)parse_int("repeats", argv[1]);
+    if (argc > 1) repeats = parse_int32("repeats", argv[1]);
     check_init();
     matmul_cuda_init(0);
     Rng rng = {42};

@@ -250,7 +250,7 @@ static void time_muon(const char* label, int K, int rows, int cols, int repeats)
 
 int main(int argc, char** argv) {
     int repeats = 10;
-    if (argc > 1) repeats = (int)parse_int("repeats", argv[1]);
+    if (argc > 1) repeats = parse_int32("repeats", argv[1]);
     check_init();
     matmul_cuda_init(0);
 

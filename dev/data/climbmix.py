@@ -748,16 +748,20 @@ def run(args):
     log(f"done: {len(jobs)} token shards in {out}, {total:,} tokens, {time.time() - t_start:.1f}s")
 
 
-def main(argv=None):
-    args = parse_args(argv)
+def run_cli(prog, run, args, error_type):
+    """The data scripts' main: an `error_type` error becomes one "error:" line and exit code 1."""
     try:
         run(args)
-    except PrepError as e:
-        print(f"climbmix.py: error: {' '.join(str(e).split())}", file=sys.stderr)
+    except error_type as e:
+        print(f"{prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:
-        print("climbmix.py: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         sys.exit(130)
+
+
+def main(argv=None):
+    run_cli("climbmix.py", run, parse_args(argv), PrepError)
 
 
 if __name__ == "__main__":

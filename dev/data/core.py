@@ -66,10 +66,7 @@ class CoreError(Exception):
     """An error reported to the user as one line, exit code 1."""
 
 
-def log(msg):
-    print(msg, flush=True)
-
-
+log = climbmix.log
 # -----------------------------------------------------------------------------
 # core.yaml: PyYAML if available, else a reader for the subset eval bundles use (a mapping holding a
 # block sequence of flat mappings; scalars plain, "double-quoted", 'single-quoted' or [flow, lists])
@@ -506,13 +503,7 @@ def item_bytes(spans, gold):
     return b"".join(out)
 
 
-def write_atomic(path, data):
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-
-
+write_atomic = climbmix.write_atomic
 def task_file_name(task):
     return f"{task['order']:02d}_{task['label']}.bin"
 
@@ -795,15 +786,7 @@ def run(args):
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    try:
-        run(args)
-    except CoreError as e:
-        print(f"core.py: error: {' '.join(str(e).split())}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("core.py: interrupted", file=sys.stderr)
-        sys.exit(130)
+    climbmix.run_cli("core.py", run, parse_args(argv), CoreError)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ sys.path.insert(0, HERE)
 import make_optim_refs as R  # noqa: E402
 import optim  # noqa: E402
 import safetensors_io  # noqa: E402
-from checks import check, finish, rel  # noqa: E402
+from checks import check, rel, run_checks  # noqa: E402
 from model import GPT, Config, random_init  # noqa: E402
 
 torch.set_num_threads(1)
@@ -232,13 +232,8 @@ def check_files():
 
 
 def main():
-    for fn in (check_adamw_vs_torch, check_polar_express, check_muon_pieces, check_schedules, check_groups,
-               check_loss_decreases, check_files):
-        try:
-            fn()
-        except Exception as e:  # a crash is a failure, not a pass
-            check(fn.__name__, False, f"{type(e).__name__}: {e}")
-    finish()
+    run_checks(check_adamw_vs_torch, check_polar_express, check_muon_pieces, check_schedules, check_groups,
+               check_loss_decreases, check_files)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ sys.path.insert(0, HERE)
 import model as M  # noqa: E402
 import make_refs  # noqa: E402
 import safetensors_io  # noqa: E402
-from checks import check, finish, rel  # noqa: E402
+from checks import check, rel, run_checks  # noqa: E402
 from model import GPT, Config  # noqa: E402
 
 torch.set_num_threads(1)
@@ -342,14 +342,9 @@ def check_files():
 
 
 def main():
-    for fn in (check_xsa_op, check_xsa_in_model, check_alpha0_identity, check_gradcheck_model,
+    run_checks(check_xsa_op, check_xsa_in_model, check_alpha0_identity, check_gradcheck_model,
                check_attention_loops, check_diagnostics_loops, check_diagnostics_properties, check_recorder,
-               check_rotary, check_causality, check_files):
-        try:
-            fn()
-        except Exception as e:  # a crash is a failure, not a pass
-            check(fn.__name__, False, f"{type(e).__name__}: {e}")
-    finish()
+               check_rotary, check_causality, check_files)
 
 
 if __name__ == "__main__":

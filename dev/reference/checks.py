@@ -20,3 +20,13 @@ def finish():
     npass = sum(RESULTS)
     print(f"{npass} passed, {len(RESULTS) - npass} failed")
     sys.exit(0 if npass == len(RESULTS) else 1)
+
+
+def run_checks(*checks):
+    """Runs each check function (a crash is a failure, not a pass), then finish()."""
+    for fn in checks:
+        try:
+            fn()
+        except Exception as e:
+            check(fn.__name__, False, f"{type(e).__name__}: {e}")
+    finish()
