@@ -20,7 +20,10 @@ GPU_CC := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/de
 CUDA_ARCH ?= $(if $(GPU_CC),sm_$(GPU_CC),sm_90)
 NVCCFLAGS ?= -O3 -std=c++17 -arch=$(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-fopenmp,-march=native -Werror all-warnings
 NVCC_LIBFLAGS = -Xcompiler -Wno-unused-function -diag-suppress 177
-CUDA_LIBS = -lcublasLt -lgomp
+# NCCL (train_gpt --ranks N on N GPUs): used when its header is found next to nvcc's or in /usr/include
+NCCL_HEADER := $(firstword $(wildcard $(dir $(shell command -v $(NVCC) 2>/dev/null))../include/nccl.h /usr/include/nccl.h))
+CUDA_LIBS = -lcublasLt -lgomp $(if $(NCCL_HEADER),-lnccl)
+NVCCFLAGS += $(if $(NCCL_HEADER),-DXSA_NCCL)
 CUDA_CHECKS = $(patsubst dev/cuda/%.cu,dev/cuda/bin/%,$(wildcard dev/cuda/*_check.cu))
 
 .PHONY: all test test_cuda cuda_targets bench clean train_gpt emu_test

@@ -21,13 +21,15 @@
 // ----------------------------------------------------------------------------------------------------
 // Errors. Every bad input ends here: one message on stderr, exit code 1, never a crash.
 
+static char g_fail_prefix[32] = "";  // "rank R: " once several ranks train (ranks.cuh)
+
 [[noreturn]] __attribute__((format(printf, 1, 2))) static inline void fail(const char* fmt, ...) {
+    char msg[2048];
     va_list args;
     va_start(args, fmt);
-    fprintf(stderr, "error: ");
-    vfprintf(stderr, fmt, args);
-    fprintf(stderr, "\n");
+    vsnprintf(msg, sizeof msg, fmt, args);
     va_end(args);
+    fprintf(stderr, "error: %s%s\n", g_fail_prefix, msg);  // one write, so that ranks failing together do not interleave
     exit(1);
 }
 

@@ -922,6 +922,75 @@ static void test_cli_resume() {
     system("rm -rf /tmp/xsa_cli_a /tmp/xsa_cli_b");
 }
 
+// --ranks 2 on the CPU backend (forked processes, shared-memory sums) against the same step done here in
+// one process: the first batch of each rank's share of the data (loaders for rank 0 and 1 of 2), each
+// weighing 1/2, summed into one gradient, then one optimizer step.
+static void test_cli_ranks() {
+    const std::string dir = "/tmp/xsa_ranks";
+    system(("rm -rf " + dir).c_str());
+    std::string out;
+    const std::string flags = std::string(TINY) + " -n 1 --core-every -1 -x 1 --ranks 2";  // -b 2 -B 128 -t 32: 1 micro-batch per rank
+    int code = run_train_gpt(flags + " -o " + dir + " --export-safetensors " + dir + "/final.safetensors", &out, true);
+    const std::string metrics = read_file(dir + "/metrics.jsonl");
+    if (code != 0 || metrics.empty()) {
+        check(false, "train_gpt %s: exit %d\n%s", flags.c_str(), code, out.c_str());
+        return;
+    }
+    SafetensorsFile exported = safetensors_read(dir + "/final.safetensors");
+    GPTConfig c = config_from_metadata(exported);
+    OptimArgs a;
+    a.total_batch = 128;
+    a.num_iterations = 1;
+    a.warmup_steps = 2;
+    TrainingPlan plan = plan_training(c, a);
+    bool same_optimizer = true;  // the run's optimizer settings, as its run line records them
+    for (const auto& kv : optim_to_metadata(plan.optim)) same_optimizer &= metrics.find("\"" + kv.first + "\": \"" + kv.second + "\"") != std::string::npos;
+    Tokenizer tok;
+    tokenizer_load(&tok, "dev/data/devil/tokenizer.bin");
+    GPT model;
+    gpt_build(&model, c);
+    gpt_init_weights(&model, 42);
+    const std::vector<float> init(model.params, model.params + model.num_params);
+    Optimizer opt;
+    optimizer_init(&opt, &model, plan.optim);
+    gpt_zero_grad(&model);
+    backend_zero(model.step_loss, sizeof(float));
+    for (int r = 0; r < 2; r++) {
+        DataLoader dl;
+        dataloader_init(&dl, "dev/data/devil/train_*.bin", "training shard", tok.vocab_size, tok.bos_id, 2, 32, r, 2);
+        dataloader_next_batch(&dl);
+        gpt_train_micro_step(&model, dl.inputs.data(), dl.targets.data(), 2, 32, 0.5f);
+        dataloader_free(&dl);
+    }
+    float loss = 0.0f;
+    backend_download(&loss, model.step_loss, sizeof(float));
+    optimizer_step(&opt, &model);
+    double diff = 0.0, norm = 0.0;  // of the updates: W after the step - W before
+    for (const ParamTensor& t : model.table) {
+        const float* w = exported.get_f32(t.name, t.numel);
+        for (size_t i = 0; i < t.numel; i++) {
+            const double u_ranks = (double)w[i] - init[t.offset + i], u_here = (double)model.params[t.offset + i] - init[t.offset + i];
+            diff += (u_ranks - u_here) * (u_ranks - u_here);
+            norm += u_here * u_here;
+        }
+    }
+    const double rel = sqrt(diff / std::max(norm, 1e-300));
+    std::map<int, std::string> losses = train_losses(metrics);
+    const double ranks_loss = losses.count(0) ? atof(losses[0].c_str()) : NAN;
+    check(same_optimizer && rel <= 1e-4 && fabs(ranks_loss - loss) <= 1e-5 * fabs(loss) && count_of(out, "step 1/1 (") == 1 &&
+              count_of(metrics, "\"kind\": \"train\"") == 1 && count_of(metrics, "\"ranks\": 2") == 1,
+          "train_gpt --ranks 2 (CPU, 2 processes) = the two ranks' batches summed in one process: update relative L2 %.1e (<= 1e-4), "
+          "step-0 loss %.6f vs %.6f, one rank printing and logging",
+          rel, ranks_loss, loss);
+    optimizer_free(&opt);
+    gpt_free(&model);
+    // a set-up error every rank meets is said once; one only rank 1 meets is said by rank 1
+    test_cli_rejects(std::string(TINY) + " -n 1 --ranks 2 --tokenizer /nonexistent", "cannot open");
+    test_cli_rejects(std::string(TINY) + " -n 1 --ranks 2 -i dev/data/devil/val_000000.bin", "rank 1: rank 1 of 2 gets no documents");
+    test_cli_rejects(std::string(TINY) + " -n 1 --ranks 0", "--ranks must be in [1, 64]");
+    system(("rm -rf " + dir).c_str());
+}
+
 // dev/compare_runs.py on two hand-made runs whose table entries are worked out by hand below, then on two
 // real runs of train_gpt (its "run" line names what differs), then on bad input.
 static std::string hand_made_run(const char* alpha, const char* layers, int seed, const double loss[5], const double dt_ms[5], double bpb_mid,
@@ -1284,6 +1353,7 @@ int main() {
     test_cli_preset("-d 12 -t 1024 -B 2048", "batch: 2 rows per micro-batch (the default");  // 4 would not divide the total batch
     test_cli_resume();
     test_cli_bad_data();
+    test_cli_ranks();
     test_compare_runs();
     test_cli_rejects("--bogus 1", "unknown option");
     test_cli_rejects("-x 1.5", "alpha");

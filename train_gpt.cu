@@ -26,6 +26,7 @@ Model (nanochat a825e63 and later, ../shared/spec/nanochat.md 1.2-1.7), per toke
 #include "common.h"
 #include "core.h"
 #include "dataloader.h"
+#include "ranks.cuh"
 #include "safetensors.h"
 #include "tokenizer.h"
 
@@ -1097,19 +1098,40 @@ static double mean_of(const std::vector<double>& v) {
     return v.empty() ? NAN : s / v.size();
 }
 
-// bpb = total nats / (ln 2 * total bytes) over `steps` batches of a fresh pass over the validation data.
-// With diag, also the diagnostics of the first batch.
+// bpb = total nats / (ln 2 * total bytes) over the first `steps` batches of a fresh pass over the
+// validation data. Every rank packs the same batches (val is a single-rank loader) and runs the forward
+// of every world-th one, so the value does not depend on the number of ranks. With diag, also the
+// diagnostics of the first batch (rank 0's).
 static double evaluate_bpb(GPT* model, DataLoader* val, const Tokenizer* tok, int steps, Diagnostics* diag) {
     dataloader_reset(val);
-    double nats = 0.0, bytes = 0.0;
+    double sums[2] = {0.0, 0.0};  // nats, bytes
     for (int s = 0; s < steps; s++) {
         dataloader_next_batch(val);
+        if (s % g_ranks.world != g_ranks.rank) continue;
         gpt_forward(model, val->inputs.data(), val->targets.data(), val->B, val->T);
         if (s == 0 && diag) *diag = gpt_diagnostics(model);
-        bpb_accumulate(&nats, &bytes, model->losses_host.data(), val->targets.data(), (size_t)val->B * val->T, tok->token_bytes);
+        bpb_accumulate(&sums[0], &sums[1], model->losses_host.data(), val->targets.data(), (size_t)val->B * val->T, tok->token_bytes);
     }
-    if (bytes == 0.0) fail("the validation batches hold no byte-bearing tokens; bits per byte is undefined");
-    return nats / (log(2.0) * bytes);
+    ranks_sum_doubles(sums, 2);
+    if (sums[1] == 0.0) fail("the validation batches hold no byte-bearing tokens; bits per byte is undefined");
+    return sums[0] / (log(2.0) * sums[1]);
+}
+
+// Several ranks must hold the same weights (they apply the same summed gradients with deterministic
+// kernels); a rank that drifted would silently train a different model. Compares a hash of every rank's
+// parameters with rank 0's.
+static void ranks_check_identical(GPT* model, int step) {
+    if (g_ranks.world == 1) return;
+    gpt_params_to_host(model);
+    const uint32_t* words = (const uint32_t*)model->params_host;
+    uint64_t hash = 1469598103934665603ull;  // FNV-1a over the fp32 words
+    for (size_t i = 0; i < model->num_params; i++) hash = (hash ^ words[i]) * 1099511628211ull;
+    std::vector<std::vector<int64_t>> all = ranks_gather({(int64_t)(hash & 0xffffffffu), (int64_t)(hash >> 32)});
+    for (int r = 1; r < g_ranks.world; r++)
+        if (all[r] != all[0]) {
+            if (g_ranks.rank != 0) exit(1);  // rank 0 says it, once
+            fail("at step %d rank %d's weights differ from rank 0's: the ranks no longer train one model", step, r);
+        }
 }
 
 // The top token of row `row` of the last forward's logits (first maximum on ties).
@@ -1161,16 +1183,20 @@ static void gpt_train_micro_step(GPT* model, const int* idx, const int* targets,
     });
 }
 
-// One optimizer step: the gradient of the mean loss over `accum` micro-batches, then the update.
+// One optimizer step: the gradient of the mean loss over `accum` micro-batches on every rank (summed over
+// the ranks: each micro-batch weighs 1 / (accum x ranks)), then the update, the same on every rank.
 // Returns the mean training loss of the micro-batches (before the update); reading it is the step's only
 // wait for the device.
 static double train_step(GPT* model, Optimizer* opt, DataLoader* train, int accum) {
     gpt_zero_grad(model);
     backend_zero(model->step_loss, sizeof(float));
+    const float grad_scale = 1.0f / (float)(accum * g_ranks.world);
     for (int micro = 0; micro < accum; micro++) {
         dataloader_next_batch(train);
-        gpt_train_micro_step(model, train->inputs.data(), train->targets.data(), train->B, train->T, 1.0f / accum);
+        gpt_train_micro_step(model, train->inputs.data(), train->targets.data(), train->B, train->T, grad_scale);
     }
+    ranks_sum_floats(model->grads, model->num_params);
+    ranks_sum_floats(model->step_loss, 1);
     optimizer_step(opt, model);
     float loss = 0.0f;
     backend_download(&loss, model->step_loss, sizeof(float));
@@ -1276,14 +1302,21 @@ static std::vector<int64_t> join_int64(const int32_t* v, size_t pairs) {
     return out;
 }
 
+// The checkpoint tensor holding rank `rank`'s data-loader state.
+static std::string loader_state_name(int rank) { return rank == 0 ? "dataloader.state" : "dataloader.state.rank" + std::to_string(rank); }
+
+// Every rank calls it (each contributes its data-loader state); rank 0 writes the file.
 static void save_checkpoint(const std::string& path, const GPT* model, const Optimizer* opt, const DataLoader* train, const LoopState& loop) {
+    const std::vector<std::vector<int64_t>> loader_states = ranks_gather(dataloader_state(train));
+    if (g_ranks.rank != 0) return;
     std::map<std::string, std::string> meta = config_to_metadata(model->config);
     for (const auto& kv : optim_to_metadata(opt->config)) meta[kv.first] = kv.second;
     char buf[64];
     meta["format"] = CHECKPOINT_FORMAT;
     meta["step"] = std::to_string(loop.step);
     meta["optimizer_step"] = std::to_string(opt->step);
-    meta["batch"] = std::to_string(train->B);  // the rows per micro-batch decide the data order
+    meta["batch"] = std::to_string(train->B);  // the rows per micro-batch and the ranks decide the data order
+    meta["ranks"] = std::to_string(g_ranks.world);
     snprintf(buf, sizeof buf, "%.17g", loop.smooth_loss);
     meta["smooth_loss"] = buf;
     snprintf(buf, sizeof buf, "%.17g", loop.train_ms);
@@ -1294,8 +1327,10 @@ static void save_checkpoint(const std::string& path, const GPT* model, const Opt
     std::vector<float> state(opt->state_floats);
     backend_download(state.data(), opt->state, opt->state_floats * sizeof(float));
     tensors.push_back({"optimizer.state", "F32", {(int64_t)opt->state_floats}, state.data()});
-    std::vector<int32_t> loader = split_int64(dataloader_state(train));
-    tensors.push_back({"dataloader.state", "I32", {(int64_t)loader.size()}, loader.data()});
+    std::vector<std::vector<int32_t>> loaders;
+    for (const std::vector<int64_t>& state : loader_states) loaders.push_back(split_int64(state));
+    for (size_t r = 0; r < loaders.size(); r++)
+        tensors.push_back({loader_state_name((int)r), "I32", {(int64_t)loaders[r].size()}, loaders[r].data()});
     safetensors_write(path, meta, tensors);
 }
 
@@ -1311,15 +1346,20 @@ static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt,
         if (f.metadata.count(kv.first) == 0 || f.meta(kv.first) != kv.second)
             fail("'%s' was written with %s = %s, but this run has %s = %s; resume with the same model and optimizer flags", path.c_str(),
                  kv.first.c_str(), f.metadata.count(kv.first) ? f.meta(kv.first).c_str() : "(missing)", kv.first.c_str(), kv.second.c_str());
+    const int ranks = f.metadata.count("ranks") ? std::stoi(f.meta("ranks")) : 1;
+    if (ranks != g_ranks.world)
+        fail("'%s' was written by %d ranks, this run has %d; resume with --ranks %d (the ranks decide the data order)", path.c_str(), ranks,
+             g_ranks.world, ranks);
     if (f.metadata.count("batch") && std::stoi(f.meta("batch")) != train->B)
         fail("'%s' was written with %s rows per micro-batch, this run has %d; resume with -b %s (the rows decide the data order)",
              path.c_str(), f.meta("batch").c_str(), train->B, f.meta("batch").c_str());
     gpt_load_weights(model, f);
     backend_upload(opt->state, f.get_f32("optimizer.state", opt->state_floats), opt->state_floats * sizeof(float));
     opt->step = std::stoi(f.meta("optimizer_step"));
-    const SafeTensor* ls = f.find("dataloader.state");
-    if (!ls || ls->numel() % 2 != 0) fail("'%s' has no valid dataloader.state", path.c_str());
-    dataloader_restore(train, join_int64(f.get_i32("dataloader.state", ls->numel()), ls->numel() / 2), path.c_str());
+    const std::string loader = loader_state_name(g_ranks.rank);
+    const SafeTensor* ls = f.find(loader);
+    if (!ls || ls->numel() % 2 != 0) fail("'%s' has no valid %s", path.c_str(), loader.c_str());
+    dataloader_restore(train, join_int64(f.get_i32(loader, ls->numel()), ls->numel() / 2), path.c_str());
     loop->step = std::stoi(f.meta("step"));
     loop->smooth_loss = std::stod(f.meta("smooth_loss"));
     loop->train_ms = std::stod(f.meta("train_ms"));
@@ -1376,11 +1416,13 @@ static void print_usage() {
         "Training\n"
         "  -b, --batch N          rows per micro-batch (default: CUDA the largest of 32, 16, .., 1 rows that\n"
         "                         divides the total batch and fits in 85%% of the GPU's memory; CPU 4)\n"
-        "  -B, --total-batch N    tokens per optimizer step, a multiple of batch x seq-len (default: nanochat's\n"
+        "  -B, --total-batch N    tokens per optimizer step, a multiple of batch x seq-len x ranks (default: nanochat's\n"
         "                         rule, 2^19 at d12, scaled with model size)\n"
         "  -n, --steps N          optimizer steps (default: param-data-ratio x scaling params / total batch;\n"
         "                         0 = print the model and the plan, then exit)\n"
         "  --seed N               initialisation seed (default 42)\n"
+        "  --ranks N              data parallel over N ranks: N GPUs (CUDA, with NCCL) or N processes (CPU);\n"
+        "                         each rank trains on its share of every step's batch (default 1)\n"
         "  --eval-every N         validation bits per byte every N steps, and at step 0 and the end (250)\n"
         "  --eval-tokens N        tokens per validation pass (80 x 524288, capped at one pass over the val shards)\n"
         "  --sample-every N       greedy samples from the tokenizer's prompts every N steps and at the end\n"
@@ -1413,6 +1455,7 @@ struct Args {
     int save_every = -1;
     bool xsa_fused = true;
     bool cuda_graphs = true;
+    int ranks = 1;
     int core_every = 2000;
     int core_max_per_task = 500;
     std::string core_dir = "dev/data/core_tasks";
@@ -1449,6 +1492,7 @@ static Args parse_args(int argc, char** argv) {
         else if (flag == "--xsa-layers") xsa_layers = value;
         else if (flag == "--xsa-fused") args.xsa_fused = parse_bool(f, value);
         else if (flag == "--cuda-graphs") args.cuda_graphs = parse_bool(f, value);
+        else if (flag == "--ranks") args.ranks = parse_int32(f, value);
         else if (flag == "--optimizer") o.optimizer = value;
         else if (flag == "--muon-eq") o.muon_eq = parse_bool(f, value);
         else if (flag == "--muon-plus") o.muon_plus = parse_bool(f, value);
@@ -1490,6 +1534,7 @@ static Args parse_args(int argc, char** argv) {
         else fail("unknown option '%s' (see --help)", f);
     }
     if (depth < 1 || depth > 1024) fail("--depth must be in [1, 1024], got %d", depth);
+    if (args.ranks < 1 || args.ranks > MAX_RANKS) fail("--ranks must be in [1, %d], got %d", MAX_RANKS, args.ranks);
     if (args.batch < 1 && args.batch != -1) fail("--batch must be >= 1, got %d", args.batch);
     if (args.steps < -1) fail("--steps must be >= 0, got %d", args.steps);
     if (args.eval_every < 1) fail("--eval-every must be >= 1, got %d", args.eval_every);
@@ -1598,8 +1643,9 @@ static void print_model(const GPTConfig& c, int B) {
 
 static void print_plan(const TrainingPlan& plan, int accum) {
     const OptimConfig& o = plan.optim;
-    printf("plan: %d steps x %ld tokens (%d micro-batches); horizon rule: %.4g tokens = ratio x scaling params\n",
-           o.num_iterations, plan.total_batch, accum, plan.target_tokens);
+    printf("plan: %d steps x %ld tokens (%d micro-batches%s); horizon rule: %.4g tokens = ratio x scaling params\n", o.num_iterations,
+           plan.total_batch, accum, g_ranks.world > 1 ? (" on each of " + std::to_string(g_ranks.world) + " ranks").c_str() : "",
+           plan.target_tokens);
     printf("optimizer: %s | lr scale batch %.6f, width %.6f | warmup %d, warmdown %.2f to %.3f\n",
            o.adamw_only ? "AdamW for all parameters" : (o.muon_eq || o.muon_plus ? "Muon (+MuonEq/Muon+ as set) + AdamW" : "Muon + AdamW"),
            plan.batch_lr_scale, plan.dmodel_lr_scale, o.warmup_steps, o.warmdown_ratio, o.final_lr_frac);
@@ -1657,10 +1703,10 @@ static void write_run_line(FILE* metrics, const Args& args, const TrainingPlan& 
         return out + "}";
     };
     fprintf(metrics,
-            "{\"step\": 0, \"kind\": \"run\", \"backend\": \"%s\", \"device\": \"%s\", \"batch\": %d, \"total_batch\": %ld, \"steps\": %d, "
+            "{\"step\": 0, \"kind\": \"run\", \"backend\": \"%s\", \"device\": \"%s\", \"ranks\": %d, \"batch\": %d, \"total_batch\": %ld, \"steps\": %d, "
             "\"seed\": %llu, \"train_data\": \"%s\", \"val_data\": \"%s\", \"tokenizer\": \"%s\", \"eval_tokens\": %ld, \"xsa_fused\": %d, "
             "\"model\": %s, \"optim\": %s}\n",
-            json_escape(BACKEND_NAME).c_str(), json_escape(backend_device_name()).c_str(), B, plan.total_batch, num_steps,
+            json_escape(BACKEND_NAME).c_str(), json_escape(backend_device_name()).c_str(), g_ranks.world, B, plan.total_batch, num_steps,
             (unsigned long long)args.seed, json_escape(args.train_pattern).c_str(), json_escape(args.val_pattern).c_str(),
             json_escape(args.tokenizer_path).c_str(), args.eval_tokens, args.xsa_fused ? 1 : 0, object(config_to_metadata(args.config)).c_str(),
             object(optim_to_metadata(plan.optim)).c_str());
@@ -1678,6 +1724,7 @@ static void print_samples(GPT* model, const Tokenizer* tok, int step) {
 
 int main(int argc, char** argv) {
     Args args = parse_args(argc, argv);
+    ranks_launch(args.ranks);  // forks the ranks, if several: from here on this is one of them
     backend_init();
     g_backend.xsa_fused = args.xsa_fused;
     g_backend.graphs = args.cuda_graphs;
@@ -1692,25 +1739,27 @@ int main(int argc, char** argv) {
     OptimArgs optim_args = args.optim;
     optim_args.num_iterations = args.steps;  // -1: the horizon rule
     TrainingPlan plan = plan_training(c, optim_args);
-    const int B = args.batch > 0 ? args.batch : default_batch(c, plan.total_batch), T = c.seq_len;
+    const int world = g_ranks.world;
+    const int B = args.batch > 0 ? args.batch : default_batch(c, plan.total_batch / world), T = c.seq_len;
     const long micro_tokens = (long)B * T;
     if (args.batch < 0) printf("batch: %d rows per micro-batch (the default for this model and device; -b to set)\n", B);
-    if (plan.total_batch % micro_tokens != 0)
-        fail("the total batch of %ld tokens is not a multiple of batch x seq-len = %d x %d (set -B or -b)", plan.total_batch, B, T);
-    const int accum = (int)(plan.total_batch / micro_tokens);
+    if (plan.total_batch % (micro_tokens * world) != 0)
+        fail("the total batch of %ld tokens is not a multiple of batch x seq-len x ranks = %d x %d x %d (set -B or -b)", plan.total_batch, B, T,
+             world);
+    const int accum = (int)(plan.total_batch / (micro_tokens * world));  // micro-batches per rank per step
     const int num_steps = plan.num_iterations;
     print_model(c, B);
     print_plan(plan, accum);
     if (args.steps == 0) return 0;
 
     DataLoader train, val;
-    dataloader_init(&train, args.train_pattern, "training shard", tok.vocab_size, tok.bos_id, B, T, 0, 1);
-    dataloader_init(&val, args.val_pattern, "validation shard", tok.vocab_size, tok.bos_id, B, T, 0, 1);
+    dataloader_init(&train, args.train_pattern, "training shard", tok.vocab_size, tok.bos_id, B, T, g_ranks.rank, world);
+    dataloader_init(&val, args.val_pattern, "validation shard", tok.vocab_size, tok.bos_id, B, T, 0, 1);  // evaluate_bpb splits it
     uint64_t val_tokens = 0;
     for (const Shard& s : val.shards) val_tokens += s.ntokens;
     const int eval_steps = (int)std::max<long>(1, std::min<long>(args.eval_tokens, (long)val_tokens) / micro_tokens);
-    printf("data: %zu training shards (%s), %zu validation shards (%llu tokens; %d batches per evaluation)\n", train.shards.size(),
-           args.train_pattern.c_str(), val.shards.size(), (unsigned long long)val_tokens, eval_steps);
+    printf("data: %zu training shards (%s), %zu validation shards (%llu tokens; %d batches per evaluation%s)\n", train.shards.size(),
+           args.train_pattern.c_str(), val.shards.size(), (unsigned long long)val_tokens, eval_steps, world > 1 ? ", shared by the ranks" : "");
 
     std::vector<CoreTask> core_tasks;
     if (args.core_every > 0) {
@@ -1751,7 +1800,7 @@ int main(int argc, char** argv) {
         printf("weights loaded from %s\n", args.init_from.c_str());
     }
     FILE* metrics = nullptr;
-    if (!out_dir.empty()) {
+    if (!out_dir.empty() && g_ranks.rank == 0) {
         if (mkdir(out_dir.c_str(), 0755) != 0 && errno != EEXIST) fail("cannot create '%s': %s", out_dir.c_str(), strerror(errno));
         std::string path = out_dir + "/metrics.jsonl";
         if (args.resume_dir.empty()) {
@@ -1764,8 +1813,9 @@ int main(int argc, char** argv) {
     }
 
     const double flops_per_step = flops_per_token(c) * (double)plan.total_batch;
-    const double peak_flops = backend_peak_flops();
+    const double peak_flops = backend_peak_flops() * world;  // MFU of all the ranks' GPUs together
     std::vector<double> step_ms;
+    ranks_setup_done();
     const int first_step = loop.step;
     int timed_steps = 0;
     for (int step = first_step;; step++) {
@@ -1775,6 +1825,7 @@ int main(int argc, char** argv) {
             double t0 = wall_ms();
             Diagnostics diag;
             double bpb = evaluate_bpb(&model, &val, &tok, eval_steps, &diag);
+            ranks_check_identical(&model, step);
             printf("step %d/%d | val bpb %.6f | %.1f s\n", step, num_steps, bpb, (wall_ms() - t0) / 1000.0);
             if (!diag.cos_yv.empty()) {
                 char after_xsa[64] = "";
@@ -1799,7 +1850,7 @@ int main(int argc, char** argv) {
                 fflush(metrics);
             }
         }
-        if (!core_tasks.empty() && !resumed_here && step > 0 && (last || step % args.core_every == 0)) {
+        if (!core_tasks.empty() && g_ranks.rank == 0 && !resumed_here && step > 0 && (last || step % args.core_every == 0)) {
             double t0 = wall_ms();
             CoreResult core = core_evaluate(&model, core_tasks, args.core_max_per_task);
             core_print(core);
@@ -1814,7 +1865,8 @@ int main(int argc, char** argv) {
                 core_write_csv(core, out_dir + name);
             }
         }
-        if (!resumed_here && step > 0 && args.sample_every > 0 && (last || step % args.sample_every == 0)) print_samples(&model, &tok, step);
+        if (g_ranks.rank == 0 && !resumed_here && step > 0 && args.sample_every > 0 && (last || step % args.sample_every == 0))
+            print_samples(&model, &tok, step);
         if (!out_dir.empty() && !resumed_here && step > 0 && (last || (args.save_every > 0 && step % args.save_every == 0))) {
             std::string path = checkpoint_path(out_dir, step);
             save_checkpoint(path, &model, &opt, &train, loop);
@@ -1853,7 +1905,7 @@ int main(int argc, char** argv) {
         printf("training: %.0f tok/s (median over %zu steps, %.1f ms per step); training time %.1f s\n", plan.total_batch / (median / 1000.0),
                step_ms.size(), median, loop.train_ms / 1000.0);
     }
-    if (!args.export_path.empty()) {
+    if (!args.export_path.empty() && g_ranks.rank == 0) {
         gpt_save_weights(&model, args.export_path);
         printf("weights written to %s\n", args.export_path.c_str());
     }

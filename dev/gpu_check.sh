@@ -4,7 +4,7 @@
 #   2. what `make test` runs on a GPU machine: the CUDA suite (test_xsa.cu built with nvcc: the PyTorch
 #      references, identities, graphs, the CUDA trainer against the CPU one), then the CPU suite
 #   3. the kernel harnesses: each CUDA op against its CPU twin on random inputs, with timings
-#   4. compute-sanitizer memcheck on a tiny training run
+#   4. compute-sanitizer memcheck on a tiny training run; a tiny run on 2 ranks (NCCL) if 2 GPUs are present
 #   5. benchmark d12 (768/12 heads) and d24 (1024/16 heads), T 2048: XSA off, alpha 1 fused and unfused,
 #      and the phases of a d24 XSA micro-step (where its time goes)
 # and prints a table last: tokens/s, MFU (nanochat FLOPs, 989 TFLOP/s peak), memory, XSA overhead
@@ -58,6 +58,15 @@ else
     record memcheck "SKIPPED: compute-sanitizer not found"
 fi
 run train_tiny 120 ./train_gpt_cuda $TINY
+# data parallel (--ranks, NCCL) needs two GPUs: two ranks must match the same run on the CPU backend's ranks
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c GPU)
+if [ "$gpus" -ge 2 ]; then
+    run train_ranks2 120 ./train_gpt_cuda $TINY --ranks 2
+    run train_ranks2_cpu 120 ./train_gpt_cpu $TINY --ranks 2
+    record "ranks 2: step-3 val bpb CUDA | CPU" "$(grep -o 'step 3/3 | val bpb [0-9.]*' "$OUT/train_ranks2.log") | $(grep -o 'step 3/3 | val bpb [0-9.]*' "$OUT/train_ranks2_cpu.log")"
+else
+    record train_ranks2 "SKIPPED: --ranks 2 (NCCL) needs 2 GPUs, this machine has $gpus"
+fi
 
 # benchmark: bench_fwdbwd_cuda LAYERS DIM HEADS KV HEAD_DIM T VOCAB BATCH PATTERN SHORT ALPHA ITERS FUSED [GRAPHS]
 table=()
