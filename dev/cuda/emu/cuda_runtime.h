@@ -314,7 +314,17 @@ static inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
 static inline cudaError_t cudaStreamSynchronize(cudaStream_t s) { emu_no_capture("cudaStreamSynchronize"); (void)s; emu_flush(); return 0; }
 static inline cudaError_t cudaDeviceSynchronize() { emu_no_capture("cudaDeviceSynchronize"); emu_flush(); return 0; }
 static inline cudaError_t cudaGetLastError() { return 0; }
-static inline cudaError_t cudaGetDevice(int* d) { *d = 0; return 0; }
+// EMU_DEVICES (default 8) devices, all the same host memory: what ranks of a --ranks run select
+static int emu_device = 0;
+static inline cudaError_t cudaGetDeviceCount(int* n) { *n = getenv("EMU_DEVICES") ? atoi(getenv("EMU_DEVICES")) : 8; return 0; }
+static inline cudaError_t cudaSetDevice(int d) {
+    int n = 0;
+    cudaGetDeviceCount(&n);
+    if (d < 0 || d >= n) emu_dief("cudaSetDevice(%d): the emulator has %d devices (EMU_DEVICES)", d, n);
+    emu_device = d;
+    return 0;
+}
+static inline cudaError_t cudaGetDevice(int* d) { *d = emu_device; return 0; }
 static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
     p->multiProcessorCount = 132; p->sharedMemPerBlockOptin = EMU_SMEM_OPTIN; p->sharedMemPerBlock = 49152;
     snprintf(p->name, 256, "NVIDIA H200 (CPU emulator)"); return 0;

@@ -3,7 +3,7 @@
 # working tree (tracked and untracked, not ignored) into a temporary directory, transforms and patches
 # the copy, builds with g++ and runs the targets; exits non-zero if any check fails or the emulator,
 # ASan or UBSan reports a hazard.
-#   targets: selftest elementwise loss matmul optim attention test_xsa train, or all (default: selftest)
+#   targets: selftest elementwise loss matmul optim attention test_xsa train train_ranks, or all (default: selftest)
 #   EMU_ASAN=1   build the targets with ASan+UBSan (the self-test always is)
 #   EMU_KEEP=1   keep the temporary directory (sources, binaries, one log per target)
 set -u
@@ -13,9 +13,9 @@ in_git=0
 git -C "$root" rev-parse --show-toplevel > /dev/null 2>&1 && in_git=1
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(selftest)
-[ "${targets[*]}" = all ] && targets=(selftest elementwise loss matmul optim attention test_xsa train)
+[ "${targets[*]}" = all ] && targets=(selftest elementwise loss matmul optim attention test_xsa train train_ranks)
 for t in "${targets[@]}"; do
-    case $t in selftest|elementwise|loss|matmul|optim|attention|test_xsa|train) ;; *) echo "run.sh: unknown target $t"; exit 2 ;; esac
+    case $t in selftest|elementwise|loss|matmul|optim|attention|test_xsa|train|train_ranks) ;; *) echo "run.sh: unknown target $t"; exit 2 ;; esac
 done
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/xsa_emu.XXXXXX")
@@ -101,6 +101,28 @@ sys.exit(0 if ok else 1)
 PY
 }
 
+# --ranks 2 on the emulated CUDA backend (two forked processes, the emulator's NCCL: nccl.h here) against
+# --ranks 2 on the CPU backend: the same batches on each rank, so losses and val bpb agree to bf16 precision
+train_ranks() {
+    build train_gpt_nccl train_gpt.cu -DXSA_NCCL $target_flags || return 1
+    (cd "$work/src" && g++ -O3 -march=native -std=c++17 -fopenmp -x c++ train_gpt.cu -o "$work/bin/train_gpt_cpu") || return 1
+    local flags="-d 2 --dim 128 --heads 2 -t 128 -b 4 -B 1024 -n 2 --eval-every 2 --eval-tokens 1024 --sample-every -1 --core-every -1 -x 1 --ranks 2"
+    (cd "$work/src" && "$work/bin/train_gpt_cpu" $flags -o "$work/ranks_cpu") || return 1
+    (cd "$work/src" && "$work/bin/train_gpt_nccl" $flags -o "$work/ranks_cuda") || return 1
+    python3 - "$work" <<'PY'
+import json, sys
+runs = {r: [json.loads(l) for l in open('%s/ranks_%s/metrics.jsonl' % (sys.argv[1], r))] for r in ('cpu', 'cuda')}
+ok = all(m['ranks'] == 2 for r in runs.values() for m in r if m['kind'] == 'run')
+for kind, key in (('train', 'loss'), ('eval', 'val_bpb')):
+    cpu, cuda = ([m[key] for m in runs[r] if m['kind'] == kind] for r in ('cpu', 'cuda'))
+    rel = max(abs(a - b) / abs(b) for a, b in zip(cuda, cpu)) if cuda and len(cuda) == len(cpu) else float('inf')
+    ok = ok and rel <= 1e-3
+    print('%s %s: emulated CUDA, 2 ranks %s; CPU, 2 ranks %s: rel diff %.1e (<= 1e-3)' % (kind, key, cuda, cpu, rel))
+print('%d passed, %d failed' % (int(ok), int(not ok)))
+sys.exit(0 if ok else 1)
+PY
+}
+
 run_target() {
     case $1 in
     selftest) selftest ;;
@@ -109,6 +131,7 @@ run_target() {
     attention) harness attention --no-timing ;;
     test_xsa) test_xsa ;;
     train) train ;;
+    train_ranks) train_ranks ;;
     esac
 }
 
