@@ -198,6 +198,7 @@ static inline void ranks_setup_done() {
 template <typename T>
 static inline void ranks_sum_shared(T* x, size_t n, T* slots) {
     const int world = g_ranks.world;
+    if (slots == nullptr) fail("the ranks' shared memory is missing: ranks_launch has not run");
     for (size_t base = 0; base < n; base += RANK_CHUNK) {
         const size_t len = std::min(RANK_CHUNK, n - base);
         memcpy(slots + (size_t)g_ranks.rank * RANK_CHUNK, x + base, len * sizeof(T));

@@ -929,7 +929,8 @@ static void test_cli_ranks() {
     const std::string dir = "/tmp/xsa_ranks";
     system(("rm -rf " + dir).c_str());
     std::string out;
-    const std::string flags = std::string(TINY) + " -n 1 --core-every -1 -x 1 --ranks 2";  // -b 2 -B 128 -t 32: 1 micro-batch per rank
+    // -b 2 -B 128 -t 32: 1 micro-batch per rank
+    const std::string flags = std::string(TINY) + " -n 1 --core-every 1 --core-max-per-task 8 -x 1 --ranks 2";
     int code = run_train_gpt(flags + " -o " + dir + " --export-safetensors " + dir + "/final.safetensors", &out, true);
     const std::string metrics = read_file(dir + "/metrics.jsonl");
     if (code != 0 || metrics.empty()) {
@@ -984,6 +985,12 @@ static void test_cli_ranks() {
           rel, ranks_loss, loss);
     optimizer_free(&opt);
     gpt_free(&model);
+    // CORE: the ranks score alternate items; one process scoring them all on the same weights agrees exactly
+    std::string eval_out;
+    int eval_code = run_program("./eval_core", "-e " + dir + "/final.safetensors -c dev/data/core_tasks -m 8 -o " + dir + "/one.csv", &eval_out, true);
+    const std::string ranks_csv = read_file(dir + "/core_000001.csv"), one_csv = read_file(dir + "/one.csv");
+    check(eval_code == 0 && !ranks_csv.empty() && ranks_csv == one_csv, "CORE on 2 ranks = eval_core in one process on the same weights (%s)",
+          ranks_csv == one_csv ? "identical CSV" : "DIFFERENT");
     // a set-up error every rank meets is said once; one only rank 1 meets is said by rank 1
     test_cli_rejects(std::string(TINY) + " -n 1 --ranks 2 --tokenizer /nonexistent", "cannot open");
     test_cli_rejects(std::string(TINY) + " -n 1 --ranks 2 -i dev/data/devil/val_000000.bin", "rank 1: rank 1 of 2 gets no documents");

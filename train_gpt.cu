@@ -1204,10 +1204,29 @@ static double train_step(GPT* model, Optimizer* opt, DataLoader* train, int accu
     return loss;
 }
 
+// Several ranks score disjoint items of a task; this gives every rank all the verdicts and option losses
+// (an item's entries are non-zero on the one rank that scored it, so the sums are exact).
+static void core_share_results(const CoreTask& task, CoreTaskResult* r) {
+    auto options = [&](size_t i) { return task.type == CORE_LANGUAGE_MODELING ? (size_t)0 : task.items[i].prompts.size(); };
+    std::vector<double> flat;  // per item: the verdict, then the option losses
+    for (size_t i = 0; i < r->correct.size(); i++) {
+        const bool scored = (int)i % g_ranks.world == g_ranks.rank;
+        flat.push_back(scored ? r->correct[i] : 0);
+        for (size_t o = 0; o < options(i); o++) flat.push_back(scored ? r->option_loss[i][o] : 0.0);
+    }
+    ranks_sum_doubles(flat.data(), flat.size());
+    for (size_t i = 0, k = 0; i < r->correct.size(); i++) {
+        r->correct[i] = (int)flat[k++];
+        r->option_loss[i].assign(flat.begin() + k, flat.begin() + k + options(i));
+        k += options(i);
+    }
+}
+
 // CORE (spec 5.2): each prompt of an item is a row, right-padded with BOS (rows are independent under
 // causal attention, so the padding changes nothing before it); consecutive items share one forward, up to
 // CORE_BATCH_ROWS rows, so that a GPU is not left waiting on one small batch after another. The per-position
 // losses and greedy predictions are scored by core.h. max_per_task > 0 evaluates the first items of each task.
+// With several ranks, rank r scores the items r, r + ranks, ... and core_share_results gathers the verdicts.
 static const int CORE_BATCH_ROWS = 32;
 
 static CoreResult core_evaluate(GPT* model, const std::vector<CoreTask>& tasks, int max_per_task) {
@@ -1218,24 +1237,29 @@ static CoreResult core_evaluate(GPT* model, const std::vector<CoreTask>& tasks, 
         r.type = task.type;
         r.random_baseline = task.random_baseline;
         const int n_items = max_per_task > 0 ? std::min<int>(max_per_task, (int)task.items.size()) : (int)task.items.size();
-        for (int first = 0, end = 0; first < n_items; first = end) {
-            // the items [first, end) of this forward: at least one, then as many as fit in the rows
+        std::vector<int> mine;  // the items this rank scores: every world-th
+        for (int i = g_ranks.rank; i < n_items; i += g_ranks.world) mine.push_back(i);
+        r.correct.assign(n_items, 0);
+        r.option_loss.assign(n_items, {});
+        for (int first = 0, end = 0; first < (int)mine.size(); first = end) {
+            // the items mine[first, end) of this forward: at least one, then as many as fit in the rows
             int rows = 0, T = 0;
-            for (end = first; end < n_items && (end == first || rows + (int)task.items[end].prompts.size() <= CORE_BATCH_ROWS); end++) {
-                rows += (int)task.items[end].prompts.size();
-                for (const CorePrompt& p : task.items[end].prompts) T = std::max(T, (int)p.tokens.size());
+            for (end = first; end < (int)mine.size() && (end == first || rows + (int)task.items[mine[end]].prompts.size() <= CORE_BATCH_ROWS); end++) {
+                rows += (int)task.items[mine[end]].prompts.size();
+                for (const CorePrompt& p : task.items[mine[end]].prompts) T = std::max(T, (int)p.tokens.size());
             }
             std::vector<int> idx((size_t)rows * T, task.bos_id), targets((size_t)rows * T, task.bos_id);
             int row = 0;
-            for (int i = first; i < end; i++)
-                for (const CorePrompt& p : task.items[i].prompts) {
+            for (int k = first; k < end; k++)
+                for (const CorePrompt& p : task.items[mine[k]].prompts) {
                     std::copy(p.tokens.begin(), p.tokens.end(), idx.begin() + (size_t)row * T);
                     std::copy(p.tokens.begin() + 1, p.tokens.end(), targets.begin() + (size_t)row * T);
                     row++;
                 }
             gpt_forward(model, idx.data(), targets.data(), rows, T);
             row = 0;
-            for (int i = first; i < end; i++) {
+            for (int k = first; k < end; k++) {
+                const int i = mine[k];
                 const CoreItem& item = task.items[i];
                 const int B = (int)item.prompts.size();
                 std::vector<std::vector<float>> losses(B, std::vector<float>(T));
@@ -1246,11 +1270,10 @@ static CoreResult core_evaluate(GPT* model, const std::vector<CoreTask>& tasks, 
                         for (int t = item.prompts[b].span_start - 1; t < item.prompts[b].span_end - 1; t++)
                             argmax[b][t] = gpt_argmax(model, (size_t)row * T + t);
                 }
-                std::vector<double> option_loss;
-                r.correct.push_back(core_score_item(task, item, losses, argmax, &option_loss) ? 1 : 0);
-                r.option_loss.push_back(option_loss);
+                r.correct[i] = core_score_item(task, item, losses, argmax, &r.option_loss[i]) ? 1 : 0;
             }
         }
+        if (g_ranks.world > 1) core_share_results(task, &r);
         result.tasks.push_back(r);
     }
     core_finish(&result);
@@ -1850,7 +1873,7 @@ int main(int argc, char** argv) {
                 fflush(metrics);
             }
         }
-        if (!core_tasks.empty() && g_ranks.rank == 0 && !resumed_here && step > 0 && (last || step % args.core_every == 0)) {
+        if (!core_tasks.empty() && !resumed_here && step > 0 && (last || step % args.core_every == 0)) {
             double t0 = wall_ms();
             CoreResult core = core_evaluate(&model, core_tasks, args.core_max_per_task);
             core_print(core);
