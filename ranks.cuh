@@ -90,6 +90,8 @@ static inline void ranks_barrier() {
         for (size_t r = 0; r < pids.size(); r++)
             if (pids[r] == pid) {
                 rank_code[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+                if (WIFSIGNALED(status) && !stopped)  // a crash or the OOM killer: the rank could not say why
+                    fprintf(stderr, "error: rank %zu was killed by signal %d (%s)\n", r, WTERMSIG(status), strsignal(WTERMSIG(status)));
                 if (rank_code[r] != 0 && code == 0) {
                     code = rank_code[r];
                     failed_rank = (int)r;
