@@ -1766,6 +1766,9 @@ int main(int argc, char** argv) {
     const int B = args.batch > 0 ? args.batch : default_batch(c, plan.total_batch / world), T = c.seq_len;
     const long micro_tokens = (long)B * T;
     if (args.batch < 0) printf("batch: %d rows per micro-batch (the default for this model and device; -b to set)\n", B);
+    if (world > 1 && args.batch < 0)  // each rank sized it from its own GPU's memory
+        for (const std::vector<int64_t>& b : ranks_gather({B}))
+            if (b[0] != B) fail("the ranks' GPUs fit different batches (%d and %lld rows by default); set -b", B, (long long)b[0]);
     if (plan.total_batch % (micro_tokens * world) != 0)
         fail("the total batch of %ld tokens is not a multiple of batch x seq-len x ranks = %d x %d x %d (set -B or -b)", plan.total_batch, B, T,
              world);
