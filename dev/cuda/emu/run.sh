@@ -106,7 +106,8 @@ PY
 train_ranks() {
     build train_gpt_nccl train_gpt.cu -DXSA_NCCL $target_flags || return 1
     (cd "$work/src" && g++ -O3 -march=native -std=c++17 -fopenmp -x c++ train_gpt.cu -o "$work/bin/train_gpt_cpu") || return 1
-    local flags="-d 2 --dim 128 --heads 2 -t 128 -b 4 -B 1024 -n 2 --eval-every 2 --eval-tokens 1024 --sample-every -1 --core-every -1 -x 1 --ranks 2"
+    # no -b: each rank picks the default rows (4 on both backends here), and the ranks check that they agree
+    local flags="-d 2 --dim 128 --heads 2 -t 128 -B 1024 -n 2 --eval-every 2 --eval-tokens 1024 --sample-every -1 --core-every -1 -x 1 --ranks 2"
     (cd "$work/src" && "$work/bin/train_gpt_cpu" $flags -o "$work/ranks_cpu") || return 1
     (cd "$work/src" && "$work/bin/train_gpt_nccl" $flags -o "$work/ranks_cuda") || return 1
     python3 - "$work" <<'PY'
