@@ -10,7 +10,7 @@ CXXFLAGS ?= -O3 -march=native -std=c++17 -Wall -Wextra -Werror
 OMPFLAGS = -fopenmp
 # the test, evaluation and benchmark programs include train_gpt.cu as a library and use only part of it
 LIBFLAGS = -Wno-unused-function
-HEADERS = $(wildcard *.cuh *.h)
+HEADERS = $(wildcard *.cuh *.h llmc/*.cuh llmc/*.h)
 
 # CUDA: nvcc if installed; the architecture of the GPU present (nvidia-smi), else Hopper (H100/H200)
 NVCC ?= nvcc

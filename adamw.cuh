@@ -2,7 +2,7 @@
 // scheduled lr, moments in lerp form, bias correction, eps 1e-10. Matches torch.optim.AdamW.
 #pragma once
 
-#include "common.h"
+#include "llmc/common.h"
 
 // ----------------------------------------------------------------------------------------------------
 // CPU backend
@@ -30,7 +30,7 @@ static inline void adamw_update_cpu(float* p, const float* g, float* m, float* v
 // CUDA backend (issue #6; API in dev/cuda/API.md)
 
 #ifdef __CUDACC__
-#include "cuda_common.cuh"
+#include "llmc/cuda_common.cuh"
 
 __device__ __forceinline__ void adamw_element(float& p, float g, float& m, float& v, float beta1, float beta2, float eps,
                                               float step_size, float decay, float bias2) {

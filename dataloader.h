@@ -22,7 +22,7 @@
 #include <unistd.h>
 #include <string>
 #include <vector>
-#include "common.h"
+#include "llmc/common.h"
 
 static const int SHARD_MAGIC = 20240520;
 static const int SHARD_HEADER_INTS = 256;

@@ -28,8 +28,8 @@
 #pragma once
 
 #include <vector>
-#include "common.h"
-#include "matmul.cuh"
+#include "llmc/common.h"
+#include "llmc/matmul.cuh"
 
 static const float MUON_BETA2 = 0.9f;
 static const int POLAR_EXPRESS_STEPS = 5;
@@ -185,7 +185,7 @@ static inline void muon_update_cpu(float* P, const float* G, float* M, float* S,
 // (k, k) Gram stacks, each matrix starting on a 256-byte boundary.
 
 #ifdef __CUDACC__
-#include "cuda_common.cuh"
+#include "llmc/cuda_common.cuh"
 
 struct MuonScratch {
     int K = 0, rows = 0, cols = 0;

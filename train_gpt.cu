@@ -22,13 +22,26 @@ Model (nanochat a825e63 and later, ../shared/spec/nanochat.md 1.2-1.7), per toke
 #include <string>
 #include <vector>
 
-#include "backend.cuh"
-#include "common.h"
-#include "core.h"
-#include "dataloader.h"
-#include "ranks.cuh"
-#include "safetensors.h"
-#include "tokenizer.h"
+// the model's ops: each header holds the CPU version (plain fp32 loops: read these for the math) and its CUDA twin
+#include "llmc/common.h"       // errors (fail), the seeded RNG, deterministic reductions, GradWrite
+#include "llmc/matmul.cuh"     // the Linear layers: out = inp W^T (+ residual), and their backward
+#include "llmc/norm.cuh"       // RMSNorm without weights
+#include "llmc/rotary.cuh"     // rotary embeddings, and rotary fused with QK-norm
+#include "llmc/attention.cuh"  // causal sliding-window GQA attention, flash-style, with fused XSA on CUDA
+#include "xsa.cuh"             // Exclusive Self-Attention: z = y - alpha proj_v(y), and its diagnostics
+#include "llmc/mlp.cuh"        // ReLU^2
+#include "llmc/embedding.cuh"  // token and value embeddings, smear, the value-embedding gate
+#include "llmc/residual.cuh"   // the residual lambdas' mix and backout
+#include "llmc/loss.cuh"       // logit softcap + cross-entropy
+#include "muon.cuh"            // Muon for the matrices: Nesterov momentum, Polar Express, NorMuon, cautious WD
+#include "adamw.cuh"           // AdamW for embeddings, lm_head and scalars
+#include "llmc/backend.cuh"    // one name per op, dispatched to the CPU or CUDA version; backend memory
+// the trainer's infrastructure
+#include "dataloader.h"        // token shards, BOS-aligned best-fit packing, resumable loader state
+#include "llmc/tokenizer.h"    // the tokenizer file: token bytes, BOS, byte lengths for bits per byte
+#include "llmc/safetensors.h"  // weights and checkpoint files
+#include "llmc/core.h"         // CORE task files, scoring and aggregation
+#include "llmc/ranks.cuh"      // data parallelism: forked rank processes, gradient sums (NCCL / shared memory)
 
 // ----------------------------------------------------------------------------------------------------
 // Configuration

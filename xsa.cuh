@@ -5,7 +5,7 @@
 // alpha = 0 gives z = y exactly (y - 0 * ...), so the op may run with alpha = 0 and stay bit-identical.
 #pragma once
 
-#include "common.h"
+#include "llmc/common.h"
 
 // Added to v.v so that an all-zero value vector gives z = y instead of 0/0 (modded-nanogpt clamps at 1e-8).
 static const float XSA_EPS = 1e-8f;
@@ -135,7 +135,7 @@ static inline void value_direction_sums_cpu(float* out, const float* v, int B, i
 // products in fp32 reduced by warp_sum (fixed butterfly order, so deterministic). attention.cuh fuses the
 // forward into the attention epilogue and reuses xsa_backward_kernel as the backward's preprocessing.
 #ifdef __CUDACC__
-#include "cuda_common.cuh"
+#include "llmc/cuda_common.cuh"
 
 // a lane's e-th pair of a row: elements 2 lane + 64 e and the next one, e < D / 64 (a warp reads 128
 // contiguous bytes per e)

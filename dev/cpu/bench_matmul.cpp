@@ -21,7 +21,7 @@ Exits with 1 on any failure.
 #include <time.h>
 #include <vector>
 #include <omp.h>
-#include "matmul.cuh"
+#include "llmc/matmul.cuh"
 
 static const double TOL = 1e-6;
 static int failures = 0;

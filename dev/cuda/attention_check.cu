@@ -28,7 +28,7 @@
 // this file. With -fopenmp the pragmas are known, nothing is hidden, and the CPU twins run in parallel.
 # 1 "attention_check.cu: headers" 3
 #endif
-#include "attention.cuh"
+#include "llmc/attention.cuh"
 #include "xsa.cuh"
 #include <algorithm>
 #include <vector>

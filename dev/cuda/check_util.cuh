@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <string>
 #include <vector>
-#include "cuda_common.cuh"
+#include "llmc/cuda_common.cuh"
 
 // uniform in [lo, hi) from a hash of (seed, index): fresh data per check without a host RNG pass
 __device__ __forceinline__ float check_hash_uniform(uint64_t seed, size_t i) {

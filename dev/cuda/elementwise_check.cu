@@ -15,11 +15,11 @@
 // get a row of their own (indented, untimed) under the op's row.
 // Shapes: the model's (16384 tokens, C 768..1536, head_dim 64/128, QK-norm rows = tokens x heads) plus
 // odd ones that take the scalar paths and tails. Exit 1 on any failure; the table comes last.
-#include "norm.cuh"
-#include "rotary.cuh"
-#include "mlp.cuh"
-#include "residual.cuh"
-#include "embedding.cuh"
+#include "llmc/norm.cuh"
+#include "llmc/rotary.cuh"
+#include "llmc/mlp.cuh"
+#include "llmc/residual.cuh"
+#include "llmc/embedding.cuh"
 #include "dev/cuda/check_util.cuh"
 
 static int g_reps = 20;

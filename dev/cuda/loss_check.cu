@@ -10,7 +10,7 @@
 //   softcap:  the inference kernel, aligned and at an odd offset.
 // Determinism: two runs from the same input, identical bits. Time: median, L2 flushed, as GB/s of the
 // minimum traffic (the forward and the backward each read and write the logits once).
-#include "loss.cuh"
+#include "llmc/loss.cuh"
 #include "dev/cuda/check_util.cuh"
 
 static void check_loss(int N, int V, int repeats, Rng* rng) {

@@ -10,7 +10,7 @@
 // and the median time over repeats with the L2 flushed before each, as TFLOP/s. Then the strided-batched
 // GEMM of Muon (every transpose combination, alpha/beta, C != D) and its timing on Muon's group shapes.
 // Prints the cuBLASLt plans chosen (algorithm, split-K, reduction scheme), then a table. Exit 1 on failure.
-#include "matmul.cuh"
+#include "llmc/matmul.cuh"
 #include "dev/cuda/check_util.cuh"
 
 // ---------------------------------------------------------------------------------------------------

@@ -126,7 +126,7 @@ static inline void attention_backward_cpu(real* dq, real* dk, real* dv, const re
 // (batch, head, query tile). Both recompute P from the saved log-sum-exp. No atomics anywhere.
 #ifdef __CUDACC__
 #include "cuda_common.cuh"
-#include "xsa.cuh"  // XSA_EPS and xsa_backward_kernel (the fused backward's preprocessing)
+#include "../xsa.cuh"  // XSA_EPS and xsa_backward_kernel (the fused backward's preprocessing)
 
 #define ATT_TILE 64     // rows of every query and key tile but the dK/dV kernel's query tile at D = 128
 #define ATT_PAD 8       // bf16 elements of padding per shared-memory row

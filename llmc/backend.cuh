@@ -4,18 +4,18 @@
 // optimizer grouping -- is written once, and the CPU tests exercise it on every CI run.
 #pragma once
 
-#include "adamw.cuh"
+#include "../adamw.cuh"
 #include "attention.cuh"
 #include "common.h"
 #include "embedding.cuh"
 #include "loss.cuh"
 #include "matmul.cuh"
 #include "mlp.cuh"
-#include "muon.cuh"
+#include "../muon.cuh"
 #include "norm.cuh"
 #include "residual.cuh"
 #include "rotary.cuh"
-#include "xsa.cuh"
+#include "../xsa.cuh"
 
 #ifdef __CUDACC__
 #include "cuda_common.cuh"  // floatX = __nv_bfloat16
