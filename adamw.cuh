@@ -1,4 +1,4 @@
-// adamw.cuh: AdamW as nanochat runs it (spec 3.2): decoupled weight decay applied first with the
+// adamw.cuh: AdamW as nanochat runs it (dev/docs/optim.md#adamw): decoupled weight decay applied first with the
 // scheduled lr, moments in lerp form, bias correction, eps 1e-10. Matches torch.optim.AdamW.
 #pragma once
 
@@ -27,7 +27,7 @@ static inline void adamw_update_cpu(float* p, const float* g, float* m, float* v
 }
 
 // ----------------------------------------------------------------------------------------------------
-// CUDA backend (issue #6; API in dev/cuda/API.md)
+// CUDA backend (API in dev/cuda/API.md)
 
 #ifdef __CUDACC__
 #include "llmc/cuda_common.cuh"

@@ -1,5 +1,5 @@
-// dataloader.h: token shards and nanochat's BOS-aligned best-fit packing (spec 4.3), with a state that
-// resumes exactly.
+// dataloader.h: token shards and nanochat's BOS-aligned best-fit packing, with a state that resumes
+// exactly (dev/docs/data.md#the-data-loader).
 //
 // Shard layout (llm.c's): int32 header[256]: [0] = 20240520 (magic), [1] = version (1: uint16 tokens,
 // 2: uint32 tokens), [2] = token count low 32 bits, [3] = high 32 bits (0 in llm.c files); then the

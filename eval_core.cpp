@@ -1,5 +1,5 @@
 /*
-eval_core.cpp: CORE (nanochat's in-context metric, spec 5.2) of a trained model, standalone.
+eval_core.cpp: CORE (nanochat's in-context metric, dev/docs/evaluation.md#core) of a trained model, standalone.
     make eval_core && ./eval_core -e CHECKPOINT -c TASKDIR [-m MAX_PER_TASK] [-o results.csv]
 CHECKPOINT is a checkpoint (DIR/ckpt_STEP.safetensors) or weights exported with --export-safetensors:
 any safetensors file with our configuration metadata. TASKDIR holds the task files dev/data/core.py

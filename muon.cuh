@@ -1,4 +1,4 @@
-// muon.cuh: Muon as nanochat runs it (spec 3.3), for one (rows, cols) matrix at a time; a group of
+// muon.cuh: Muon as nanochat runs it (dev/docs/optim.md#muon), for one (rows, cols) matrix at a time; a group of
 // same-shape matrices is a loop over this (each matrix is independent, which is what lets the
 // distributed version give each rank whole matrices).
 //
@@ -149,7 +149,7 @@ static inline void muon_update_cpu(float* P, const float* G, float* M, float* S,
 }
 
 // ----------------------------------------------------------------------------------------------------
-// CUDA backend (issue #6): one call updates a stack of K same-shape (rows, cols) matrices -- a Muon group,
+// CUDA backend: one call updates a stack of K same-shape (rows, cols) matrices -- a Muon group,
 // or the part of it one rank owns -- with batched bf16 GEMMs for Polar Express.
 //
 //   MuonScratch s;  muon_scratch_alloc(&s, K, rows, cols);     // once per (K, rows, cols), at start-up
@@ -209,21 +209,21 @@ static inline void muon_scratch_alloc(MuonScratch* s, int K, int rows, int cols)
     s->stride_x = ((long long)rows * cols + 127) / 128 * 128;
     s->stride_a = (k * k + 127) / 128 * 128;
     s->ld_stats = rows > cols ? rows : cols;
-    cudaCheck(cudaMalloc(&s->X, (size_t)K * s->stride_x * sizeof(floatX)));
-    cudaCheck(cudaMalloc(&s->Y, (size_t)K * s->stride_x * sizeof(floatX)));
-    cudaCheck(cudaMalloc(&s->A, (size_t)K * s->stride_a * sizeof(floatX)));
-    cudaCheck(cudaMalloc(&s->Bm, (size_t)K * s->stride_a * sizeof(floatX)));
-    cudaCheck(cudaMalloc(&s->sumsq, (size_t)K * s->ld_stats * sizeof(float)));
-    cudaCheck(cudaMalloc(&s->factor, (size_t)K * s->ld_stats * sizeof(float)));
+    cudaCheck(cuda_malloc(&s->X, (size_t)K * s->stride_x * sizeof(floatX)));
+    cudaCheck(cuda_malloc(&s->Y, (size_t)K * s->stride_x * sizeof(floatX)));
+    cudaCheck(cuda_malloc(&s->A, (size_t)K * s->stride_a * sizeof(floatX)));
+    cudaCheck(cuda_malloc(&s->Bm, (size_t)K * s->stride_a * sizeof(floatX)));
+    cudaCheck(cuda_malloc(&s->sumsq, (size_t)K * s->ld_stats * sizeof(float)));
+    cudaCheck(cuda_malloc(&s->factor, (size_t)K * s->ld_stats * sizeof(float)));
 }
 
 static inline void muon_scratch_free(MuonScratch* s) {
-    cudaCheck(cudaFree(s->X));
-    cudaCheck(cudaFree(s->Y));
-    cudaCheck(cudaFree(s->A));
-    cudaCheck(cudaFree(s->Bm));
-    cudaCheck(cudaFree(s->sumsq));
-    cudaCheck(cudaFree(s->factor));
+    cuda_free(s->X);
+    cuda_free(s->Y);
+    cuda_free(s->A);
+    cuda_free(s->Bm);
+    cuda_free(s->sumsq);
+    cuda_free(s->factor);
     *s = MuonScratch();
 }
 

@@ -1,12 +1,14 @@
 /*
 train_gpt.cu: nanochat's GPT with parameterized Exclusive Self-Attention (XSA), in one file.
 
-The same source builds two ways (../shared/DESIGN.md): with g++ as the CPU backend (fp32, OpenMP), and
-with nvcc as the CUDA backend (issue #6). Each op lives in the header named after it, with its CPU
-version (the readable statement of the math) and, later, its CUDA twin. This file holds the model:
-configuration, parameter and activation layout, initialisation, forward, backward, and main.
+The same source builds two ways (dev/docs/design.md): with g++ as the CPU backend (fp32, OpenMP), and
+with nvcc as the CUDA backend (bf16, cuBLASLt, our kernels). Each op lives in the header named after it
+(llmc/, and xsa.cuh, muon.cuh, adamw.cuh here), with its CPU version (the readable statement of the
+math) beside its CUDA twin. This file reads top to bottom as the model, then the trainer: configuration,
+parameters, activations and their memory plan, forward, backward, optimizer, the training step,
+evaluation, checkpoints, command line, main.
 
-Model (nanochat a825e63 and later, ../shared/spec/nanochat.md 1.2-1.7), per token:
+Model (nanochat a825e63 and later; every formula in dev/docs/model.md), per token:
   x = norm(wte[idx]);  x = smear(x);  x0 = x
   for each layer i:
     x = resid_lambdas[i] * x + x0_lambdas[i] * x0
@@ -42,9 +44,11 @@ Model (nanochat a825e63 and later, ../shared/spec/nanochat.md 1.2-1.7), per toke
 #include "llmc/safetensors.h"  // weights and checkpoint files
 #include "llmc/core.h"         // CORE task files, scoring and aggregation
 #include "llmc/ranks.cuh"      // data parallelism: forked rank processes, gradient sums (NCCL / shared memory)
+#include "llmc/logger.h"       // metrics.jsonl: JSON lines built with escaping, written with checks and flushed
+
 
 // ----------------------------------------------------------------------------------------------------
-// Configuration
+// Configuration: the model's shapes and switches, checked once; as safetensors metadata
 
 static const float QK_SCALE = 1.2f;     // q and k are multiplied by 1.2 after QK-norm (nanochat a825e63)
 static const float SOFTCAP = 15.0f;     // logits = 15 tanh(logits / 15)
@@ -69,7 +73,9 @@ struct GPTConfig {
 };
 
 static inline int padded_vocab_size(int V) { return (V + VOCAB_PAD - 1) / VOCAB_PAD * VOCAB_PAD; }
-static inline int default_short_window(int T) { return (T / 4 + 127) / 128 * 128; }  // ceil(T/4/128)*128
+// nanochat's ceil(T/4/128)*128 with real division, = ceil(T/512)*128 (rounding T/4 down first would
+// give 128 instead of 256 at T = 514)
+static inline int default_short_window(int T) { return (int)(((long)T + 511) / 512 * 128); }
 
 static inline bool layer_has_ve(const GPTConfig& c, int l) { return c.value_embeds && l % 2 == (c.n_layer - 1) % 2; }
 static inline bool layer_has_xsa(const GPTConfig& c, int l) { return c.xsa_layer[l]; }
@@ -134,7 +140,7 @@ static void validate_config(const GPTConfig& c) {
     if (c.head_dim != 64 && c.head_dim != 128) fail("the CUDA backend's attention takes --head-dim 64 or 128, got %d", c.head_dim);
 #endif
     if (c.n_embd < SMEAR_CHANNELS) fail("--dim must be >= %d (the smear gate reads 24 channels), got %d", SMEAR_CHANNELS, c.n_embd);
-    if (c.vocab_size < 2) fail("--vocab must be >= 2, got %d", c.vocab_size);
+    if (c.vocab_size < 2) fail("the vocabulary must have at least 2 tokens, got %d", c.vocab_size);
     if (c.seq_len < 1) fail("--seq-len must be >= 1, got %d", c.seq_len);
     if (c.short_window < 0) fail("--short-window must be >= 0, got %d", c.short_window);
     if (c.window_pattern.empty() || c.window_pattern.size() > MAX_PATTERN ||
@@ -191,7 +197,8 @@ static GPTConfig config_from_metadata(const SafetensorsFile& file) {
 
 // ----------------------------------------------------------------------------------------------------
 // Parameters: one allocation, laid out from a table of named tensors (nanochat's state_dict names, so
-// safetensors files map one to one). Gradients use the same layout in a second allocation.
+// safetensors files map one to one); gradients use the same layout. Each tensor's optimizer group, and
+// the counts and FLOPs with nanochat's conventions.
 
 struct ParamTensor {
     std::string name;
@@ -284,9 +291,55 @@ static void point_weights(Weights* w, float* base, const GPTConfig& c, const std
     }
 }
 
+enum ParamGroup { GROUP_LM_HEAD, GROUP_WTE, GROUP_VE, GROUP_RESID, GROUP_X0, GROUP_SMEAR, GROUP_MATRIX, NUM_GROUPS };
+static const char* const GROUP_NAMES[NUM_GROUPS] = {"lm_head", "wte", "value_embeds", "resid_lambdas", "x0_lambdas",
+                                                    "smear/backout", "matrices"};
+
+static ParamGroup param_group(const std::string& name) {
+    if (name == "lm_head.weight") return GROUP_LM_HEAD;
+    if (name == "transformer.wte.weight") return GROUP_WTE;
+    if (name.rfind("value_embeds.", 0) == 0) return GROUP_VE;
+    if (name == "resid_lambdas") return GROUP_RESID;
+    if (name == "x0_lambdas") return GROUP_X0;
+    if (name.rfind("transformer.h.", 0) == 0) return GROUP_MATRIX;
+    return GROUP_SMEAR;  // smear_gate.weight, smear_lambda, backout_lambda
+}
+
+// Parameter counts with nanochat's conventions (dev/docs/model.md#parameter-counts)
+struct ParamCounts {
+    size_t wte, value_embeds, lm_head, transformer_matrices, scalars, total;
+    size_t scaling;  // transformer_matrices + lm_head: what the training horizon is computed from
+    size_t matmul;   // weights of every linear layer: transformer_matrices + lm_head + smear_gate
+};
+
+static ParamCounts count_params(const GPTConfig& config) {
+    ParamCounts pc{};
+    for (const ParamTensor& t : param_table(config)) {
+        if (t.name == "transformer.wte.weight") pc.wte += t.numel;
+        else if (t.name == "lm_head.weight") pc.lm_head += t.numel;
+        else if (t.name.rfind("value_embeds.", 0) == 0) pc.value_embeds += t.numel;
+        else if (t.name.rfind("transformer.h.", 0) == 0) pc.transformer_matrices += t.numel;
+        else pc.scalars += t.numel;
+        pc.total += t.numel;
+    }
+    pc.scaling = pc.transformer_matrices + pc.lm_head;
+    pc.matmul = pc.scaling + (config.smear ? SMEAR_CHANNELS : 0);
+    return pc;
+}
+
+// Training FLOPs per token: 6 * matmul params + 12 * H * D * min(window, T) per layer (causality not halved)
+static double flops_per_token(const GPTConfig& c) {
+    double attention = 0.0;
+    for (int l = 0; l < c.n_layer; l++) {
+        int window = layer_window(c, l) < c.seq_len ? layer_window(c, l) : c.seq_len;
+        attention += 12.0 * c.n_head * c.head_dim * window;
+    }
+    return 6.0 * (double)count_params(c).matmul + attention;
+}
+
 // ----------------------------------------------------------------------------------------------------
-// Activations: everything the backward needs, for a (B, T) batch, in one allocation. The layout is
-// computed by running the same carve-out twice: once to count, once to hand out pointers.
+// Activations and the memory plan: everything the backward needs for a (B, T) batch, in one allocation,
+// laid out by running the same carve-out twice: once to count, once to hand out pointers.
 
 struct LayerActs {
     floatX* x_mix;    // (N, C)      block input after the lambda mix
@@ -387,8 +440,43 @@ static void carve_acts(Acts* a, Carver* cv, const GPTConfig& c, int B, int T) {
     a->d_ve = cv->take<floatX>(N * kvd);
 }
 
+// What the backend allocates for a model and a (B, seq_len) micro-batch, in bytes: fp32 masters and
+// gradients, the matmuls' bf16 copy (CUDA), optimizer state (AdamW: 2 floats per parameter; Muon: 1 per
+// parameter + 1 per row or column) and the activations.
+struct MemoryPlan {
+    double params, grads, matmul_copy, optimizer, acts;
+    double total() const { return params + grads + matmul_copy + optimizer + acts; }
+};
+
+static MemoryPlan memory_plan(const GPTConfig& c, int B) {
+    const ParamCounts pc = count_params(c);
+    Acts layout;
+    Carver count{nullptr, 0};
+    carve_acts(&layout, &count, c, B, c.seq_len);
+    size_t optimizer_floats = 0;
+    for (const ParamTensor& t : param_table(c))
+        optimizer_floats += param_group(t.name) == GROUP_MATRIX ? t.numel + normuon_state_size((int)t.shape[0], (int)t.shape[1]) : 2 * t.numel;
+    const double matmul_copy = sizeof(floatX) == sizeof(float) ? 0.0 : pc.total * (double)sizeof(floatX);
+    return {pc.total * 4.0, pc.total * 4.0, matmul_copy, optimizer_floats * 4.0, (double)count.used};
+}
+
+// The micro-batch rows when -b is not given. CUDA: the largest of 32 (nanochat's device batch), 16, .., 1
+// rows that divides the total batch and whose memory plan fits in 85% of the device (the rest: scratch,
+// cuBLASLt's workspace, the CUDA context). The plan counts XSA's buffers on every layer whether XSA is on
+// or not, so a baseline and its XSA run get the same rows, hence the same data order and validation set.
+// CPU: the largest of 4, 2, 1 that divides the total batch.
+static int default_batch(const GPTConfig& c, long total_batch) {
+    const double device_bytes = (double)backend_device_memory();
+    GPTConfig with_xsa = c;
+    with_xsa.xsa_layer.assign(c.n_layer, true);
+    for (int B = device_bytes > 0 ? 32 : 4; B > 1; B /= 2)
+        if (total_batch % ((long)B * c.seq_len) == 0 && (device_bytes == 0 || memory_plan(with_xsa, B).total() <= 0.85 * device_bytes))
+            return B;
+    return 1;
+}
+
 // ----------------------------------------------------------------------------------------------------
-// The model
+// The model: parameters, activations and the rotary tables in backend memory; initialisation and weights files
 
 struct GPT {
     GPTConfig config;
@@ -480,7 +568,7 @@ static void gpt_params_to_host(const GPT* model) {
     return model->grads_host;
 }
 
-// nanochat's initialisation (spec 1.6) with our own seeded RNG, in nanochat's draw order.
+// nanochat's initialisation (dev/docs/model.md#initialisation) with our own seeded RNG, in nanochat's draw order.
 static void gpt_init_weights(GPT* model, uint64_t seed) {
     const GPTConfig& c = model->config;
     Rng rng{seed};
@@ -594,6 +682,9 @@ static void gpt_set_batch(GPT* model, const int* idx, const int* targets, int B,
     embedding_prepare_backward(idx, N, std::max(c.n_embd, c.n_kv_head * c.head_dim));  // wte or the value embeddings
 }
 
+// ----------------------------------------------------------------------------------------------------
+// Forward
+
 // The forward of the batch set last, enqueued on the backend (no host work: a CUDA graph can hold it).
 // Leaves every activation the backward needs; with targets, the per-token losses in acts.losses and the
 // softcapped logits in acts.logits (B*T, V); without, the softcapped logits.
@@ -662,6 +753,9 @@ static float gpt_forward(GPT* model, const int* idx, const int* targets, int B, 
     for (size_t n = 0; n < N; n++) sum += model->losses_host[n];
     return (float)(sum / (double)N);
 }
+
+// ----------------------------------------------------------------------------------------------------
+// Backward
 
 // Accumulates into model->grads the gradient of grad_scale * (mean loss of the last forward). Use
 // grad_scale = 1 / accumulation_steps to average micro-batches. Consumes acts.logits.
@@ -737,62 +831,15 @@ static void gpt_backward(GPT* model, float grad_scale) {
 }
 
 // ----------------------------------------------------------------------------------------------------
-// Parameter counts and FLOPs, with nanochat's conventions (spec 1.8)
+// Optimizer: nanochat's MuonAdamW. Muon for every block matrix, AdamW for embeddings, lm_head and
+// scalars, each AdamW group with its own lr, betas and weight decay; --optimizer adamw trains the block
+// matrices with AdamW too (the original XSA paper's setting). Then the schedules and the training plan.
 
-struct ParamCounts {
-    size_t wte, value_embeds, lm_head, transformer_matrices, scalars, total;
-    size_t scaling;  // transformer_matrices + lm_head: what the training horizon is computed from
-    size_t matmul;   // weights of every linear layer: transformer_matrices + lm_head + smear_gate
-};
-
-static ParamCounts count_params(const GPTConfig& config) {
-    ParamCounts pc{};
-    for (const ParamTensor& t : param_table(config)) {
-        if (t.name == "transformer.wte.weight") pc.wte += t.numel;
-        else if (t.name == "lm_head.weight") pc.lm_head += t.numel;
-        else if (t.name.rfind("value_embeds.", 0) == 0) pc.value_embeds += t.numel;
-        else if (t.name.rfind("transformer.h.", 0) == 0) pc.transformer_matrices += t.numel;
-        else pc.scalars += t.numel;
-        pc.total += t.numel;
-    }
-    pc.scaling = pc.transformer_matrices + pc.lm_head;
-    pc.matmul = pc.scaling + (config.smear ? SMEAR_CHANNELS : 0);
-    return pc;
-}
-
-// Training FLOPs per token: 6 * matmul params + 12 * H * D * min(window, T) per layer (causality not halved)
-static double flops_per_token(const GPTConfig& c) {
-    double attention = 0.0;
-    for (int l = 0; l < c.n_layer; l++) {
-        int window = layer_window(c, l) < c.seq_len ? layer_window(c, l) : c.seq_len;
-        attention += 12.0 * c.n_head * c.head_dim * window;
-    }
-    return 6.0 * (double)count_params(c).matmul + attention;
-}
-
-// ----------------------------------------------------------------------------------------------------
-// Optimizer: nanochat's MuonAdamW (spec 3): Muon for every block matrix, AdamW for embeddings,
-// lm_head and scalars, each AdamW group with its own lr, betas and weight decay. --optimizer adamw
-// trains the block matrices with AdamW too (the original XSA paper's setting).
-
-enum ParamGroup { GROUP_LM_HEAD, GROUP_WTE, GROUP_VE, GROUP_RESID, GROUP_X0, GROUP_SMEAR, GROUP_MATRIX, NUM_GROUPS };
-static const char* const GROUP_NAMES[NUM_GROUPS] = {"lm_head", "wte", "value_embeds", "resid_lambdas", "x0_lambdas",
-                                                    "smear/backout", "matrices"};
-// AdamW settings per group (spec 3.1); the matrix column applies in --optimizer adamw mode only
+// AdamW settings per group (dev/docs/optim.md#parameter-groups); the matrix column applies in --optimizer adamw mode only
 static const float ADAM_BETA1[NUM_GROUPS] = {0.8f, 0.8f, 0.8f, 0.8f, 0.96f, 0.8f, 0.9f};
 static const float ADAM_BETA2[NUM_GROUPS] = {0.96f, 0.995f, 0.995f, 0.95f, 0.95f, 0.95f, 0.95f};
 static const float ADAM_WD[NUM_GROUPS] = {0.01f, 0.001f, 0.01f, 0.05f, 0.0f, 0.0f, -1.0f /* --adamw-matrix-wd */};
 static const float ADAM_EPS = 1e-10f;
-
-static ParamGroup param_group(const std::string& name) {
-    if (name == "lm_head.weight") return GROUP_LM_HEAD;
-    if (name == "transformer.wte.weight") return GROUP_WTE;
-    if (name.rfind("value_embeds.", 0) == 0) return GROUP_VE;
-    if (name == "resid_lambdas") return GROUP_RESID;
-    if (name == "x0_lambdas") return GROUP_X0;
-    if (name.rfind("transformer.h.", 0) == 0) return GROUP_MATRIX;
-    return GROUP_SMEAR;  // smear_gate.weight, smear_lambda, backout_lambda
-}
 
 struct OptimConfig {
     bool adamw_only = false;      // --optimizer adamw
@@ -801,7 +848,7 @@ struct OptimConfig {
     float lr[NUM_GROUPS] = {};    // peak learning rate of each group (after the batch and width scaling)
     float muon_wd = 0.0f;         // peak of Muon's cosine-scheduled cautious weight decay
     float matrix_adamw_wd = 0.1f; // constant AdamW weight decay of the matrices in --optimizer adamw mode
-    // schedules (spec 2.3)
+    // schedules (dev/docs/optim.md#schedules)
     int num_iterations = 1;
     int warmup_steps = 40;
     float warmdown_ratio = 0.65f;
@@ -970,10 +1017,9 @@ static void optimizer_step(Optimizer* opt, GPT* model) {
     opt->step++;
 }
 
-// ----------------------------------------------------------------------------------------------------
-// The training plan (spec 2.2): horizon from the param:data ratio, batch size from the Power Lines rule,
-// and the lr / weight-decay transfer from the d12 reference. Base values are nanochat's defaults.
-
+// The training plan (dev/docs/optim.md#the-training-plan): the horizon from the param:data ratio, the batch
+// size from the Power Lines rule, and the lr / weight-decay transfer from the d12 reference. The base
+// values are nanochat's defaults.
 struct OptimArgs {
     std::string optimizer = "muon";
     bool muon_eq = true, muon_plus = true;
@@ -1030,7 +1076,7 @@ static TrainingPlan plan_training(const GPTConfig& model, const OptimArgs& a) {
     o.lr[GROUP_VE] = (float)(a.embedding_lr * b * d * 0.5);
     o.lr[GROUP_RESID] = (float)(a.scalar_lr * b * 0.01);
     o.lr[GROUP_X0] = (float)(a.scalar_lr * b);
-    o.lr[GROUP_SMEAR] = a.smear_lr;  // not batch-scaled (spec 2.2)
+    o.lr[GROUP_SMEAR] = a.smear_lr;  // not batch-scaled (dev/docs/optim.md#learning-rate-scaling)
     o.lr[GROUP_MATRIX] = (float)((o.adamw_only ? a.adamw_matrix_lr : a.matrix_lr) * b);
     o.muon_wd = (float)(a.weight_decay * b * (plan.reference_tokens / plan.target_tokens));
     o.matrix_adamw_wd = a.adamw_matrix_wd;
@@ -1043,7 +1089,67 @@ static TrainingPlan plan_training(const GPTConfig& model, const OptimArgs& a) {
 }
 
 // ----------------------------------------------------------------------------------------------------
-// Evaluation: bits per byte (spec 5.1) and greedy samples
+// The training step: micro-batches, the ranks' gradient sum, the update
+
+// One micro-step of training on idx/targets (B, T): forward, the loss added into model->step_loss as
+// grad_scale * mean, and the backward accumulating grad_scale * the mean loss's gradient into model->grads.
+// Nothing waits for the device: on CUDA the host goes on to the next batch while this one runs, replayed
+// as one CUDA graph after its first run (backend_graph_run).
+static void gpt_train_micro_step(GPT* model, const int* idx, const int* targets, int B, int T, float grad_scale) {
+    gpt_set_batch(model, idx, targets, B, T);
+    const Acts& a = model->acts;
+    const size_t N = (size_t)B * T;
+    // the scalar arguments the launches bake in (buffer addresses are tracked by backend_graph_run itself)
+    uint32_t scale_bits;
+    memcpy(&scale_bits, &grad_scale, sizeof scale_bits);
+    const std::vector<uintptr_t> key = {(uintptr_t)B, (uintptr_t)T, (uintptr_t)g_backend.xsa_fused, scale_bits};
+    backend_graph_run(&model->micro_step_graph, key, [&] {
+        gpt_forward_pass(model, true);
+        loss_sum_accumulate(model->step_loss, grad_scale / (float)N, a.losses, N);
+        gpt_backward(model, grad_scale);
+    });
+}
+
+// One optimizer step: the gradient of the mean loss over `accum` micro-batches on every rank (summed over
+// the ranks: each micro-batch weighs 1 / (accum x ranks)), then the update, the same on every rank.
+// Returns the mean training loss of the micro-batches (before the update); reading it is the step's only
+// wait for the device.
+static double train_step(GPT* model, Optimizer* opt, DataLoader* train, int accum) {
+    gpt_zero_grad(model);
+    backend_zero(model->step_loss, sizeof(float));
+    const float grad_scale = 1.0f / (float)(accum * g_ranks.world);
+    for (int micro = 0; micro < accum; micro++) {
+        dataloader_next_batch(train);
+        gpt_train_micro_step(model, train->inputs.data(), train->targets.data(), train->B, train->T, grad_scale);
+    }
+    ranks_sum_floats(model->grads, model->num_params);
+    ranks_sum_floats(model->step_loss, 1);
+    optimizer_step(opt, model);
+    float loss = 0.0f;
+    backend_download(&loss, model->step_loss, sizeof(float));
+    if (!std::isfinite(loss)) fail("the loss is %f at step %d; stopping (the last checkpoint, if any, is intact)", loss, opt->step - 1);
+    return loss;
+}
+
+// Several ranks must hold the same weights (they apply the same summed gradients with deterministic
+// kernels); a rank that drifted would silently train a different model. Compares a hash of every rank's
+// parameters with rank 0's.
+static void ranks_check_identical(GPT* model, int step) {
+    if (g_ranks.world == 1) return;
+    gpt_params_to_host(model);
+    const uint32_t* words = (const uint32_t*)model->params_host;
+    uint64_t hash = 1469598103934665603ull;  // FNV-1a over the fp32 words
+    for (size_t i = 0; i < model->num_params; i++) hash = (hash ^ words[i]) * 1099511628211ull;
+    std::vector<std::vector<int64_t>> all = ranks_gather({(int64_t)(hash & 0xffffffffu), (int64_t)(hash >> 32)});
+    for (int r = 1; r < g_ranks.world; r++)
+        if (all[r] != all[0]) {
+            if (g_ranks.rank != 0) exit(1);  // rank 0 says it, once
+            fail("at step %d rank %d's weights differ from rank 0's: the ranks no longer train one model", step, r);
+        }
+}
+
+// ----------------------------------------------------------------------------------------------------
+// Evaluation: bits per byte, the XSA diagnostics, greedy samples, CORE (dev/docs/evaluation.md)
 
 // Adds one batch's per-token losses (nats) to the bpb sums. Targets that stand for no bytes (special
 // tokens such as BOS) count in neither sum.
@@ -1057,7 +1163,7 @@ static void bpb_accumulate(double* nats, double* bytes, const float* losses, con
     }
 }
 
-// The attention similarity diagnostics of spec xsa.md, per layer, from the activations of the last forward:
+// The attention similarity diagnostics (dev/docs/model.md#xsa-diagnostics), per layer, from the activations of the last forward:
 // the mean over heads and tokens t >= 1 of cos(y, v) (attention output and the token's own value, before
 // XSA), cos(z, v) (after XSA; equal to cos(y, v) on layers without it) and the attention weight a token puts
 // on itself; and value_cos, the mean cos(v_i, v_j) over pairs of different positions of a row and kv head,
@@ -1130,23 +1236,6 @@ static double evaluate_bpb(GPT* model, DataLoader* val, const Tokenizer* tok, in
     return sums[0] / (log(2.0) * sums[1]);
 }
 
-// Several ranks must hold the same weights (they apply the same summed gradients with deterministic
-// kernels); a rank that drifted would silently train a different model. Compares a hash of every rank's
-// parameters with rank 0's.
-static void ranks_check_identical(GPT* model, int step) {
-    if (g_ranks.world == 1) return;
-    gpt_params_to_host(model);
-    const uint32_t* words = (const uint32_t*)model->params_host;
-    uint64_t hash = 1469598103934665603ull;  // FNV-1a over the fp32 words
-    for (size_t i = 0; i < model->num_params; i++) hash = (hash ^ words[i]) * 1099511628211ull;
-    std::vector<std::vector<int64_t>> all = ranks_gather({(int64_t)(hash & 0xffffffffu), (int64_t)(hash >> 32)});
-    for (int r = 1; r < g_ranks.world; r++)
-        if (all[r] != all[0]) {
-            if (g_ranks.rank != 0) exit(1);  // rank 0 says it, once
-            fail("at step %d rank %d's weights differ from rank 0's: the ranks no longer train one model", step, r);
-        }
-}
-
 // The top token of row `row` of the last forward's logits (first maximum on ties).
 static int gpt_argmax(const GPT* model, size_t row) {
     const int V = model->config.vocab_size;
@@ -1170,51 +1259,14 @@ static std::vector<int> generate_greedy(GPT* model, const std::vector<int>& prom
     return tokens;
 }
 
-// One micro-step of training on idx/targets (B, T): forward, the loss added into model->step_loss as
-// grad_scale * mean, and the backward accumulating grad_scale * the mean loss's gradient into model->grads.
-// Nothing waits for the device: on CUDA the host goes on to the next batch while this one runs, replayed
-// as one CUDA graph after its first run (backend_graph_run).
-static void gpt_train_micro_step(GPT* model, const int* idx, const int* targets, int B, int T, float grad_scale) {
-    gpt_set_batch(model, idx, targets, B, T);
-    const Acts& a = model->acts;
-    const size_t N = (size_t)B * T;
-    // what the launches bake in: the batch shape and scale, and every buffer whose address can change
-    // (activations, scratch and rotary tables are regrown by other batch shapes, as the buckets by other sizes)
-    std::vector<uintptr_t> key = {(uintptr_t)model->act_memory, (uintptr_t)B, (uintptr_t)T, (uintptr_t)model->rope_cos,
-                                  (uintptr_t)model->rope_sin, (uintptr_t)g_backend.xsa_fused};
-    uint32_t scale_bits;
-    memcpy(&scale_bits, &grad_scale, sizeof scale_bits);
-    key.push_back(scale_bits);
-#ifdef __CUDACC__
-    for (const void* p : {(const void*)g_backend.scratch, (const void*)g_backend.buckets.d_buf, (const void*)g_backend.buckets.d_scratch})
-        key.push_back((uintptr_t)p);
-#endif
-    backend_graph_run(&model->micro_step_graph, key, [&] {
-        gpt_forward_pass(model, true);
-        loss_sum_accumulate(model->step_loss, grad_scale / (float)N, a.losses, N);
-        gpt_backward(model, grad_scale);
-    });
-}
-
-// One optimizer step: the gradient of the mean loss over `accum` micro-batches on every rank (summed over
-// the ranks: each micro-batch weighs 1 / (accum x ranks)), then the update, the same on every rank.
-// Returns the mean training loss of the micro-batches (before the update); reading it is the step's only
-// wait for the device.
-static double train_step(GPT* model, Optimizer* opt, DataLoader* train, int accum) {
-    gpt_zero_grad(model);
-    backend_zero(model->step_loss, sizeof(float));
-    const float grad_scale = 1.0f / (float)(accum * g_ranks.world);
-    for (int micro = 0; micro < accum; micro++) {
-        dataloader_next_batch(train);
-        gpt_train_micro_step(model, train->inputs.data(), train->targets.data(), train->B, train->T, grad_scale);
+static void print_samples(GPT* model, const Tokenizer* tok, int step) {
+    printf("samples at step %d (greedy, 16 tokens):\n", step);
+    for (const std::vector<int>& prompt : tok->prompts) {
+        std::vector<int> out = generate_greedy(model, prompt, 16);
+        std::string text = tokenizer_decode(tok, out.data() + 1, prompt.size() - 1);  // skip the BOS
+        std::string cont = tokenizer_decode(tok, out.data() + prompt.size(), out.size() - prompt.size());
+        printf("  %s|%s\n", printable(text).c_str(), printable(cont).c_str());
     }
-    ranks_sum_floats(model->grads, model->num_params);
-    ranks_sum_floats(model->step_loss, 1);
-    optimizer_step(opt, model);
-    float loss = 0.0f;
-    backend_download(&loss, model->step_loss, sizeof(float));
-    if (!std::isfinite(loss)) fail("the loss is %f at step %d; stopping (the last checkpoint, if any, is intact)", loss, opt->step - 1);
-    return loss;
 }
 
 // Several ranks score disjoint items of a task; this gives every rank all the verdicts and option losses
@@ -1235,7 +1287,7 @@ static void core_share_results(const CoreTask& task, CoreTaskResult* r) {
     }
 }
 
-// CORE (spec 5.2): each prompt of an item is a row, right-padded with BOS (rows are independent under
+// CORE (dev/docs/evaluation.md#core): each prompt of an item is a row, right-padded with BOS (rows are independent under
 // causal attention, so the padding changes nothing before it); consecutive items share one forward, up to
 // CORE_BATCH_ROWS rows, so that a GPU is not left waiting on one small batch after another. The per-position
 // losses and greedy predictions are scored by core.h. max_per_task > 0 evaluates the first items of each task.
@@ -1295,8 +1347,7 @@ static CoreResult core_evaluate(GPT* model, const std::vector<CoreTask>& tasks, 
 
 // ----------------------------------------------------------------------------------------------------
 // Checkpoints: a safetensors file holding the parameters (nanochat names), the optimizer state, the
-// data-loader state and the loop state, so that --resume continues bit-identically. Written to a
-// temporary file and renamed.
+// data-loader state and the loop state, so that --resume continues bit-identically
 
 static const char* CHECKPOINT_FORMAT = "xsa-checkpoint-1";
 
@@ -1401,18 +1452,48 @@ static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt,
     loop->train_ms = std::stod(f.meta("train_ms"));
 }
 
+// The checkpoint with the highest step in dir ("" if none).
+static std::string latest_checkpoint(const std::string& dir) {
+    glob_t g;
+    std::string best;
+    if (glob((dir + "/ckpt_*.safetensors").c_str(), 0, nullptr, &g) == 0)
+        for (size_t i = 0; i < g.gl_pathc; i++) best = g.gl_pathv[i];  // glob sorts; names carry zero-padded steps
+    globfree(&g);
+    return best;
+}
+
+static std::string checkpoint_path(const std::string& dir, int step) {
+    char name[64];
+    snprintf(name, sizeof name, "/ckpt_%06d.safetensors", step);
+    return dir + name;
+}
+
+// On resume, metrics.jsonl keeps what the run had logged up to the checkpoint: train lines of earlier
+// steps, eval and core lines up to the checkpoint's step; lines the interrupted run wrote later are dropped.
+static void truncate_metrics(const std::string& path, int resume_step) {
+    std::ifstream f(path);
+    if (!f) return;
+    std::string kept, line;
+    while (std::getline(f, line)) {
+        size_t s = line.find("\"step\": ");
+        if (s == std::string::npos) continue;
+        int step = atoi(line.c_str() + s + 8);
+        bool train = line.find("\"kind\": \"train\"") != std::string::npos;  // eval and core lines at the checkpoint's step stay
+        if (step < resume_step || (!train && step == resume_step)) kept += line + "\n";
+    }
+    AtomicFile out = atomic_open(path);  // a failure leaves the log as it was
+    atomic_write(&out, kept.data(), kept.size());
+    atomic_commit(&out);
+}
+
 #ifndef TRAIN_GPT_NO_MAIN
 // ----------------------------------------------------------------------------------------------------
 // Command line
 
 static void print_usage() {
     printf(
-        "usage: train_gpt [options]\n"
+        "usage: train_gpt [options]   (every option takes a value: -d 12, --depth 12 or --depth=12)\n"
         "\n"
-        "Data (default: the embedded Devil's Dictionary corpus under dev/data/devil/)\n"
-        "  -i, --train PATTERN    training shards, a glob (default dev/data/devil/train_*.bin)\n"
-        "  -j, --val PATTERN      validation shards, a glob (default dev/data/devil/val_*.bin)\n"
-        "  --tokenizer FILE       tokenizer file (default dev/data/devil/tokenizer.bin)\n"
         "Model\n"
         "  -d, --depth N          layers; presets: 12 = 768 dim / 12 heads, 24 = 1024 dim / 16 heads,\n"
         "                         other depths: dim = 64*N rounded up to a multiple of head_dim (default 12)\n"
@@ -1423,14 +1504,12 @@ static void print_usage() {
         "  -t, --seq-len N        sequence length T (default 2048)\n"
         "  --window-pattern S     per-layer windows, tiled: S short, L long; last layer always L (default SSSL)\n"
         "  --short-window N       keys before the query in S layers (default ceil(T/4/128)*128)\n"
-        "  --vocab N              vocabulary size (default and required: the tokenizer's)\n"
         "  --value-embeds 0|1     value embeddings on alternating layers (default 1)\n"
         "  --smear 0|1            smear the previous token's embedding (default 1)\n"
+        "  --seed N               initialisation seed (default 42)\n"
         "XSA\n"
         "  -x, --xsa ALPHA        XSA strength in [0, 1] (default 0 = standard attention)\n"
         "  --xsa-layers SPEC      all | none | comma list of L, A-B, last:K (default all)\n"
-        "  --xsa-fused 0|1        CUDA: XSA inside attention's kernels (default 1) or as its own kernels\n"
-        "  --cuda-graphs 0|1      CUDA: replay each training micro-step as a CUDA graph (default 1)\n"
         "Optimizer (nanochat's MuonAdamW; lrs are the d12 values, scaled by the batch and width rules)\n"
         "  --optimizer muon|adamw Muon for block matrices + AdamW for the rest (default), or AdamW for all\n"
         "  --muon-eq 0|1          MuonEq row equilibration (default 1; 0 with --muon-plus 0 = the March-June\n"
@@ -1444,34 +1523,43 @@ static void print_usage() {
         "  --weight-decay F       Muon cautious weight decay at d12 (0.28; cosine schedule, transferred by data size)\n"
         "  --adamw-matrix-lr F    with --optimizer adamw: matrix lr (0.003, batch-scaled; betas 0.9/0.95)\n"
         "  --adamw-matrix-wd F    with --optimizer adamw: matrix weight decay (0.1)\n"
-        "  --warmup-steps N       linear lr warmup (40)\n"
-        "  --warmdown-ratio F     fraction of steps in the final linear lr warmdown (0.65)\n"
-        "  --final-lr-frac F      lr multiplier at the end of the warmdown (0.05)\n"
-        "  --momentum-warmup-steps N  Muon momentum 0.85 -> 0.97 over N steps (400)\n"
-        "  --param-data-ratio F   training tokens per scaling parameter: the horizon and the WD transfer (12)\n"
-        "Training\n"
+        "Batch and schedule\n"
         "  -b, --batch N          rows per micro-batch (default: CUDA the largest of 32, 16, .., 1 rows that\n"
         "                         divides the total batch and fits in 85%% of the GPU's memory; CPU 4)\n"
         "  -B, --total-batch N    tokens per optimizer step, a multiple of batch x seq-len x ranks (default:\n"
         "                         nanochat's rule, 2^19 at d12, scaled with model size)\n"
         "  -n, --steps N          optimizer steps (default: param-data-ratio x scaling params / total batch;\n"
         "                         0 = print the model and the plan, then exit)\n"
-        "  --seed N               initialisation seed (default 42)\n"
-        "  --ranks N              data parallel over N ranks: N GPUs (CUDA, with NCCL) or N processes (CPU);\n"
-        "                         each rank trains on its share of every step's batch (default 1)\n"
+        "  --param-data-ratio F   training tokens per scaling parameter: the horizon and the WD transfer (12)\n"
+        "  --warmup-steps N       linear lr warmup (40)\n"
+        "  --warmdown-ratio F     fraction of steps in the final linear lr warmdown (0.65)\n"
+        "  --final-lr-frac F      lr multiplier at the end of the warmdown (0.05)\n"
+        "  --momentum-warmup-steps N  Muon momentum 0.85 -> 0.97 over N steps (400)\n"
+        "Data (default: the embedded Devil's Dictionary corpus under dev/data/devil/)\n"
+        "  -i, --train PATTERN    training shards, a glob (default dev/data/devil/train_*.bin)\n"
+        "  -j, --val PATTERN      validation shards, a glob (default dev/data/devil/val_*.bin)\n"
+        "  --tokenizer FILE       tokenizer file; it sets the vocabulary (default dev/data/devil/tokenizer.bin)\n"
+        "Evaluation\n"
         "  --eval-every N         validation bits per byte every N steps, and at step 0 and the end (250)\n"
         "  --eval-tokens N        tokens per validation pass (80 x 524288, capped at one pass over the val shards)\n"
         "  --sample-every N       greedy samples from the tokenizer's prompts every N steps and at the end\n"
         "                         (2000; -1 = never)\n"
-        "  --save-every N         checkpoint every N steps (default -1: only at the end); needs -o\n"
         "  --core-every N         CORE every N steps and at the end (2000; -1 = never)\n"
         "  --core-max-per-task N  items per CORE task during training (500; -1 = all)\n"
         "  --core-tasks DIR       task files from dev/data/core.py, tokenized with this run's tokenizer\n"
         "                         (default dev/data/core_tasks, the small bundle for the embedded corpus)\n"
+        "Output\n"
         "  -o, --output DIR       write DIR/metrics.jsonl and checkpoints DIR/ckpt_STEP.safetensors\n"
+        "  --save-every N         checkpoint every N steps (default -1: only at the end); needs -o\n"
         "  --resume DIR           continue from the latest checkpoint in DIR, bit-identically (same flags)\n"
         "  --init-from FILE       start from the weights of a safetensors file (nanochat names)\n"
         "  --export-safetensors FILE  write the final weights as safetensors (nanochat names, fp32)\n"
+        "Distributed\n"
+        "  --ranks N              data parallel over N ranks: N GPUs (CUDA, with NCCL) or N processes (CPU);\n"
+        "                         each rank trains on its share of every step's batch (default 1)\n"
+        "Debugging (CUDA backend; no effect on the CPU)\n"
+        "  --xsa-fused 0|1        XSA inside attention's kernels (default 1) or as its own kernels\n"
+        "  --cuda-graphs 0|1      replay each training micro-step as a CUDA graph (default 1)\n"
         "  -h, --help             this text\n");
 }
 
@@ -1481,7 +1569,6 @@ struct Args {
     std::string train_pattern = "dev/data/devil/train_*.bin", val_pattern = "dev/data/devil/val_*.bin";
     std::string tokenizer_path = "dev/data/devil/tokenizer.bin";
     std::string output_dir, resume_dir, init_from, export_path;
-    int vocab = -1;  // -1: the tokenizer's
     int batch = -1;  // -1: default_batch
     int steps = -1;
     uint64_t seed = 42;
@@ -1509,8 +1596,14 @@ static Args parse_args(int argc, char** argv) {
             print_usage();
             exit(0);
         }
-        if (i + 1 >= argc) fail("option %s needs a value (see --help)", flag.c_str());
-        const char* value = argv[++i];
+        std::string inline_value;  // --name=value is the same as --name value
+        const size_t eq = flag.find('=');
+        const bool has_inline = flag.rfind("--", 0) == 0 && eq != std::string::npos;
+        if (has_inline) {
+            inline_value = flag.substr(eq + 1);
+            flag = flag.substr(0, eq);
+        } else if (i + 1 >= argc) fail("option %s needs a value (see --help)", flag.c_str());
+        const char* value = has_inline ? inline_value.c_str() : argv[++i];
         const char* f = flag.c_str();
         OptimArgs& o = args.optim;
         if (flag == "-d" || flag == "--depth") depth = parse_int32(f, value);
@@ -1521,7 +1614,6 @@ static Args parse_args(int argc, char** argv) {
         else if (flag == "-t" || flag == "--seq-len") seq_len = parse_int32(f, value);
         else if (flag == "--window-pattern") pattern = value;
         else if (flag == "--short-window") short_window = parse_int32(f, value);
-        else if (flag == "--vocab") args.vocab = parse_int32(f, value);
         else if (flag == "--value-embeds") value_embeds = parse_bool(f, value);
         else if (flag == "--smear") smear = parse_bool(f, value);
         else if (flag == "-x" || flag == "--xsa") alpha = parse_float(f, value);
@@ -1622,40 +1714,8 @@ static Args parse_args(int argc, char** argv) {
     return args;
 }
 
-// What the backend allocates for a model and a (B, seq_len) micro-batch, in bytes: fp32 masters and
-// gradients, the matmuls' bf16 copy (CUDA), optimizer state (AdamW: 2 floats per parameter; Muon: 1 per
-// parameter + 1 per row or column) and the activations.
-struct MemoryPlan {
-    double params, grads, matmul_copy, optimizer, acts;
-    double total() const { return params + grads + matmul_copy + optimizer + acts; }
-};
-
-static MemoryPlan memory_plan(const GPTConfig& c, int B) {
-    const ParamCounts pc = count_params(c);
-    Acts layout;
-    Carver count{nullptr, 0};
-    carve_acts(&layout, &count, c, B, c.seq_len);
-    size_t optimizer_floats = 0;
-    for (const ParamTensor& t : param_table(c))
-        optimizer_floats += param_group(t.name) == GROUP_MATRIX ? t.numel + normuon_state_size((int)t.shape[0], (int)t.shape[1]) : 2 * t.numel;
-    const double matmul_copy = sizeof(floatX) == sizeof(float) ? 0.0 : pc.total * (double)sizeof(floatX);
-    return {pc.total * 4.0, pc.total * 4.0, matmul_copy, optimizer_floats * 4.0, (double)count.used};
-}
-
-// The micro-batch rows when -b is not given. CUDA: the largest of 32 (nanochat's device batch), 16, .., 1
-// rows that divides the total batch and whose memory plan fits in 85% of the device (the rest: scratch,
-// cuBLASLt's workspace, the CUDA context). The plan counts XSA's buffers on every layer whether XSA is on
-// or not, so a baseline and its XSA run get the same rows, hence the same data order and validation set.
-// CPU: the largest of 4, 2, 1 that divides the total batch.
-static int default_batch(const GPTConfig& c, long total_batch) {
-    const double device_bytes = (double)backend_device_memory();
-    GPTConfig with_xsa = c;
-    with_xsa.xsa_layer.assign(c.n_layer, true);
-    for (int B = device_bytes > 0 ? 32 : 4; B > 1; B /= 2)
-        if (total_batch % ((long)B * c.seq_len) == 0 && (device_bytes == 0 || memory_plan(with_xsa, B).total() <= 0.85 * device_bytes))
-            return B;
-    return 1;
-}
+// ----------------------------------------------------------------------------------------------------
+// main: set-up, the training loop, logging
 
 // The model summary, from the configuration alone (nothing is allocated yet, so -n 0 can show the size
 // of any model on any machine).
@@ -1695,264 +1755,253 @@ static void print_plan(const TrainingPlan& plan, int accum) {
     if (!o.adamw_only) printf("Muon: MuonEq %s, Muon+ %s\n", o.muon_eq ? "on" : "off", o.muon_plus ? "on" : "off");
 }
 
-// The checkpoint with the highest step in dir ("" if none).
-static std::string latest_checkpoint(const std::string& dir) {
-    glob_t g;
-    std::string best;
-    if (glob((dir + "/ckpt_*.safetensors").c_str(), 0, nullptr, &g) == 0)
-        for (size_t i = 0; i < g.gl_pathc; i++) best = g.gl_pathv[i];  // glob sorts; names carry zero-padded steps
-    globfree(&g);
-    return best;
-}
-
-static std::string checkpoint_path(const std::string& dir, int step) {
-    char name[64];
-    snprintf(name, sizeof name, "/ckpt_%06d.safetensors", step);
-    return dir + name;
-}
-
-// On resume, metrics.jsonl keeps what the run had logged up to the checkpoint: train lines of earlier
-// steps, eval and core lines up to the checkpoint's step; lines the interrupted run wrote later are dropped.
-static void truncate_metrics(const std::string& path, int resume_step) {
-    std::ifstream f(path);
-    if (!f) return;
-    std::string kept, line;
-    while (std::getline(f, line)) {
-        size_t s = line.find("\"step\": ");
-        if (s == std::string::npos) continue;
-        int step = atoi(line.c_str() + s + 8);
-        bool train = line.find("\"kind\": \"train\"") != std::string::npos;  // eval and core lines at the checkpoint's step stay
-        if (step < resume_step || (!train && step == resume_step)) kept += line + "\n";
-    }
-    FILE* out = fopen_or_fail((path + ".tmp").c_str(), "w");
-    fwrite_or_fail(kept.data(), 1, kept.size(), out, path.c_str());
-    fclose(out);
-    if (rename((path + ".tmp").c_str(), path.c_str()) != 0) fail("cannot rewrite '%s': %s", path.c_str(), strerror(errno));
-}
+// Everything a training run holds: set up by run_setup, driven by main's loop.
+struct Run {
+    Args args;
+    Tokenizer tok;
+    TrainingPlan plan;
+    int B = 0, T = 0;         // rows per micro-batch, sequence length
+    int accum = 0;            // micro-batches per rank per step
+    int num_steps = 0;
+    int eval_steps = 0;       // validation batches per evaluation
+    DataLoader train, val;
+    std::vector<CoreTask> core_tasks;
+    GPT model;
+    Optimizer opt;
+    LoopState loop;
+    std::string out_dir;      // -o, or the --resume directory; "" = nothing written
+    MetricsLog metrics;       // DIR/metrics.jsonl on rank 0
+    double flops_per_step = 0.0, peak_flops = 0.0;
+    std::vector<double> step_ms;  // every timed step (not the first of a process: it pays for page faults)
+};
 
 // The first line of DIR/metrics.jsonl: what was run (model, optimizer, batch, data, seed, device), so a
 // comparison of two runs (dev/compare_runs.py) can tell whether they differ only where they should.
-static void write_run_line(FILE* metrics, const Args& args, const TrainingPlan& plan, int B, int num_steps) {
-    auto object = [](const std::map<std::string, std::string>& m) {
-        std::string out = "{";
-        for (const auto& kv : m) out += (out.size() > 1 ? ", \"" : "\"") + json_escape(kv.first) + "\": \"" + json_escape(kv.second) + "\"";
-        return out + "}";
-    };
-    fprintf(metrics,
-            "{\"step\": 0, \"kind\": \"run\", \"backend\": \"%s\", \"device\": \"%s\", \"ranks\": %d, \"batch\": %d, \"total_batch\": %ld, \"steps\": %d, "
-            "\"seed\": %llu, \"train_data\": \"%s\", \"val_data\": \"%s\", \"tokenizer\": \"%s\", \"eval_tokens\": %ld, \"xsa_fused\": %d, "
-            "\"model\": %s, \"optim\": %s}\n",
-            json_escape(BACKEND_NAME).c_str(), json_escape(backend_device_name()).c_str(), g_ranks.world, B, plan.total_batch, num_steps,
-            (unsigned long long)args.seed, json_escape(args.train_pattern).c_str(), json_escape(args.val_pattern).c_str(),
-            json_escape(args.tokenizer_path).c_str(), args.eval_tokens, args.xsa_fused ? 1 : 0, object(config_to_metadata(args.config)).c_str(),
-            object(optim_to_metadata(plan.optim)).c_str());
+static JsonLine run_line(const Run& run) {
+    const Args& a = run.args;
+    JsonLine line;
+    line.num("step", 0LL).str("kind", "run").str("backend", BACKEND_NAME).str("device", backend_device_name());
+    line.num("ranks", (long long)g_ranks.world).num("batch", (long long)run.B).num("total_batch", (long long)run.plan.total_batch);
+    line.num("steps", (long long)run.num_steps).num("seed", (long long)a.seed);
+    line.str("train_data", a.train_pattern).str("val_data", a.val_pattern).str("tokenizer", a.tokenizer_path);
+    line.num("eval_tokens", (long long)a.eval_tokens).num("xsa_fused", (long long)a.xsa_fused);
+    return line.raw("model", json_object(config_to_metadata(a.config))).raw("optim", json_object(optim_to_metadata(run.plan.optim)));
 }
 
-static void print_samples(GPT* model, const Tokenizer* tok, int step) {
-    printf("samples at step %d (greedy, 16 tokens):\n", step);
-    for (const std::vector<int>& prompt : tok->prompts) {
-        std::vector<int> out = generate_greedy(model, prompt, 16);
-        std::string text = tokenizer_decode(tok, out.data() + 1, prompt.size() - 1);  // skip the BOS
-        std::string cont = tokenizer_decode(tok, out.data() + prompt.size(), out.size() - prompt.size());
-        printf("  %s|%s\n", printable(text).c_str(), printable(cont).c_str());
-    }
-}
-
-int main(int argc, char** argv) {
-    Args args = parse_args(argc, argv);
-    ranks_launch(args.ranks);  // forks the ranks, if several: from here on this is one of them
-    backend_init();
-    g_backend.xsa_fused = args.xsa_fused;
-    g_backend.graphs = args.cuda_graphs;
-    Tokenizer tok;
-    tokenizer_load(&tok, args.tokenizer_path);
-    GPTConfig& c = args.config;
-    if (args.vocab >= 0 && args.vocab != tok.vocab_size)
-        fail("--vocab %d does not match the tokenizer '%s' (vocab %d)", args.vocab, args.tokenizer_path.c_str(), tok.vocab_size);
-    c.vocab_size = tok.vocab_size;
-    c.padded_vocab = padded_vocab_size(tok.vocab_size);
+// Tokenizer, shapes, the training plan and the micro-batch; prints the model and the plan.
+static void run_setup_plan(Run* run) {
+    Args& a = run->args;
+    GPTConfig& c = a.config;
+    tokenizer_load(&run->tok, a.tokenizer_path);
+    c.vocab_size = run->tok.vocab_size;
+    c.padded_vocab = padded_vocab_size(c.vocab_size);
     validate_config(c);
-    OptimArgs optim_args = args.optim;
-    optim_args.num_iterations = args.steps;  // -1: the horizon rule
-    TrainingPlan plan = plan_training(c, optim_args);
+    OptimArgs optim_args = a.optim;
+    optim_args.num_iterations = a.steps;  // -1: the horizon rule
+    run->plan = plan_training(c, optim_args);
     const int world = g_ranks.world;
-    const int B = args.batch > 0 ? args.batch : default_batch(c, plan.total_batch / world), T = c.seq_len;
-    const long micro_tokens = (long)B * T;
-    if (args.batch < 0) printf("batch: %d rows per micro-batch (the default for this model and device; -b to set)\n", B);
-    if (world > 1 && args.batch < 0)  // each rank sized it from its own GPU's memory
-        for (const std::vector<int64_t>& b : ranks_gather({B}))
-            if (b[0] != B) fail("the ranks' GPUs fit different batches (%d and %lld rows by default); set -b", B, (long long)b[0]);
-    if (plan.total_batch % (micro_tokens * world) != 0)
-        fail("the total batch of %ld tokens is not a multiple of batch x seq-len x ranks = %d x %d x %d (set -B or -b)", plan.total_batch, B, T,
-             world);
-    const int accum = (int)(plan.total_batch / (micro_tokens * world));  // micro-batches per rank per step
-    const int num_steps = plan.num_iterations;
-    print_model(c, B);
-    print_plan(plan, accum);
-    if (args.steps == 0) return 0;
+    run->T = c.seq_len;
+    run->B = a.batch > 0 ? a.batch : default_batch(c, run->plan.total_batch / world);
+    if (a.batch < 0) printf("batch: %d rows per micro-batch (the default for this model and device; -b to set)\n", run->B);
+    if (world > 1 && a.batch < 0)  // each rank sized it from its own GPU's memory
+        for (const std::vector<int64_t>& b : ranks_gather({run->B}))
+            if (b[0] != run->B) fail("the ranks' GPUs fit different batches (%d and %lld rows by default); set -b", run->B, (long long)b[0]);
+    const long micro_tokens = (long)run->B * run->T;
+    if (run->plan.total_batch % (micro_tokens * world) != 0)
+        fail("the total batch of %ld tokens is not a multiple of batch x seq-len x ranks = %d x %d x %d (set -B or -b)",
+             run->plan.total_batch, run->B, run->T, world);
+    run->accum = (int)(run->plan.total_batch / (micro_tokens * world));
+    run->num_steps = run->plan.num_iterations;
+    print_model(c, run->B);
+    print_plan(run->plan, run->accum);
+}
 
-    DataLoader train, val;
-    dataloader_init(&train, args.train_pattern, "training shard", tok.vocab_size, tok.bos_id, B, T, g_ranks.rank, world);
-    dataloader_init(&val, args.val_pattern, "validation shard", tok.vocab_size, tok.bos_id, B, T, 0, 1);  // evaluate_bpb splits it
+// The training and validation loaders, and the CORE tasks.
+static void run_setup_data(Run* run) {
+    const Args& a = run->args;
+    const Tokenizer& tok = run->tok;
+    const int world = g_ranks.world;
+    dataloader_init(&run->train, a.train_pattern, "training shard", tok.vocab_size, tok.bos_id, run->B, run->T, g_ranks.rank, world);
+    dataloader_init(&run->val, a.val_pattern, "validation shard", tok.vocab_size, tok.bos_id, run->B, run->T, 0, 1);  // evaluate_bpb splits it
     uint64_t val_tokens = 0;
-    for (const Shard& s : val.shards) val_tokens += s.ntokens;
-    const int eval_steps = (int)std::max<long>(1, std::min<long>(args.eval_tokens, (long)val_tokens) / micro_tokens);
-    printf("data: %zu training shards (%s), %zu validation shards (%llu tokens; %d batches per evaluation%s)\n", train.shards.size(),
-           args.train_pattern.c_str(), val.shards.size(), (unsigned long long)val_tokens, eval_steps, world > 1 ? ", shared by the ranks" : "");
+    for (const Shard& s : run->val.shards) val_tokens += s.ntokens;
+    const long micro_tokens = (long)run->B * run->T;
+    run->eval_steps = (int)std::max<long>(1, std::min<long>(a.eval_tokens, (long)val_tokens) / micro_tokens);
+    printf("data: %zu training shards (%s), %zu validation shards (%llu tokens; %d batches per evaluation%s)\n", run->train.shards.size(),
+           a.train_pattern.c_str(), run->val.shards.size(), (unsigned long long)val_tokens, run->eval_steps, world > 1 ? ", shared by the ranks" : "");
+    if (a.core_every < 0) return;
+    run->core_tasks = core_tasks_load(a.core_dir, tok.vocab_size, tok.bos_id);
+    for (const CoreTask& t : run->core_tasks)  // few-shot examples come from core.py's truncation, not ours
+        if (t.shots > 0 && a.core_max_per_task > 0 && a.core_max_per_task < (int)t.items.size() && t.max_per_task != a.core_max_per_task)
+            printf("warning: %s was made with core.py --max-per-task %d; its few-shot examples match nanochat's only for "
+                   "--core-max-per-task %d (regenerate with --max-per-task %d to match)\n",
+                   t.path.c_str(), t.max_per_task, t.max_per_task, a.core_max_per_task);
+    printf("CORE: %zu tasks from %s, up to %d items each, every %d steps and at the end\n", run->core_tasks.size(), a.core_dir.c_str(),
+           a.core_max_per_task, a.core_every);
+}
 
-    std::vector<CoreTask> core_tasks;
-    if (args.core_every > 0) {
-        core_tasks = core_tasks_load(args.core_dir, tok.vocab_size, tok.bos_id);
-        for (const CoreTask& t : core_tasks)  // few-shot examples come from core.py's truncation, not ours
-            if (t.shots > 0 && args.core_max_per_task > 0 && args.core_max_per_task < (int)t.items.size() && t.max_per_task != args.core_max_per_task)
-                printf("warning: %s was made with core.py --max-per-task %d; its few-shot examples match nanochat's only for "
-                       "--core-max-per-task %d (regenerate with --max-per-task %d to match)\n",
-                       t.path.c_str(), t.max_per_task, t.max_per_task, args.core_max_per_task);
-        printf("CORE: %zu tasks from %s, up to %d items each, every %d steps and at the end\n", core_tasks.size(), args.core_dir.c_str(),
-               args.core_max_per_task, args.core_every);
-    }
-
-    GPT model;
-    gpt_build(&model, c);
-    gpt_init_weights(&model, args.seed);
-    Optimizer opt;
-    optimizer_init(&opt, &model, plan.optim);
-    LoopState loop;
-    std::string out_dir = !args.output_dir.empty() ? args.output_dir : args.resume_dir;
-    if (!args.resume_dir.empty()) {
-        if (!args.init_from.empty()) fail("--resume and --init-from exclude each other");
-        std::string ckpt = latest_checkpoint(args.resume_dir);
-        if (ckpt.empty()) fail("--resume: no checkpoint ckpt_*.safetensors in '%s'", args.resume_dir.c_str());
-        load_checkpoint(ckpt, &model, &opt, &train, &loop);
-        printf("resumed from %s at step %d\n", ckpt.c_str(), loop.step);
-        if (loop.step > num_steps) fail("'%s' is at step %d, past the %d steps of this run", ckpt.c_str(), loop.step, num_steps);
-    } else if (!args.init_from.empty()) {
-        SafetensorsFile file = safetensors_read(args.init_from);
+// The model and optimizer: initialised, or resumed from a checkpoint, or started from a weights file; and
+// the metrics log (started anew, or cut back to the checkpoint on resume).
+static void run_setup_model(Run* run) {
+    const Args& a = run->args;
+    const GPTConfig& c = a.config;
+    gpt_build(&run->model, c);
+    gpt_init_weights(&run->model, a.seed);
+    optimizer_init(&run->opt, &run->model, run->plan.optim);
+    run->out_dir = !a.output_dir.empty() ? a.output_dir : a.resume_dir;
+    if (!a.resume_dir.empty()) {
+        if (!a.init_from.empty()) fail("--resume and --init-from exclude each other");
+        std::string ckpt = latest_checkpoint(a.resume_dir);
+        if (ckpt.empty()) fail("--resume: no checkpoint ckpt_*.safetensors in '%s'", a.resume_dir.c_str());
+        load_checkpoint(ckpt, &run->model, &run->opt, &run->train, &run->loop);
+        printf("resumed from %s at step %d\n", ckpt.c_str(), run->loop.step);
+        if (run->loop.step > run->num_steps) fail("'%s' is at step %d, past the %d steps of this run", ckpt.c_str(), run->loop.step, run->num_steps);
+    } else if (!a.init_from.empty()) {
+        SafetensorsFile file = safetensors_read(a.init_from);
         if (file.metadata.count("n_layer")) {  // our own exports say which model they hold; XSA settings may differ
             std::map<std::string, std::string> have = config_to_metadata(config_from_metadata(file)), want = config_to_metadata(c);
             for (const auto& kv : want)
                 if (kv.first != "xsa_alpha" && kv.first != "xsa_layers" && have[kv.first] != kv.second)
-                    fail("'%s' holds a model with %s = %s, this run has %s", args.init_from.c_str(), kv.first.c_str(), have[kv.first].c_str(),
+                    fail("'%s' holds a model with %s = %s, this run has %s", a.init_from.c_str(), kv.first.c_str(), have[kv.first].c_str(),
                          kv.second.c_str());
         }
-        gpt_load_weights(&model, file);
-        printf("weights loaded from %s\n", args.init_from.c_str());
+        gpt_load_weights(&run->model, file);
+        printf("weights loaded from %s\n", a.init_from.c_str());
     }
-    FILE* metrics = nullptr;
-    if (!out_dir.empty() && g_ranks.rank == 0) {
-        if (mkdir(out_dir.c_str(), 0755) != 0 && errno != EEXIST) fail("cannot create '%s': %s", out_dir.c_str(), strerror(errno));
-        std::string path = out_dir + "/metrics.jsonl";
-        if (args.resume_dir.empty()) {
-            metrics = fopen_or_fail(path.c_str(), "w");
-            write_run_line(metrics, args, plan, B, num_steps);
-        } else {
-            truncate_metrics(path, loop.step);
-            metrics = fopen_or_fail(path.c_str(), "a");
-        }
+    if (run->out_dir.empty() || g_ranks.rank != 0) return;
+    if (mkdir(run->out_dir.c_str(), 0755) != 0 && errno != EEXIST) fail("cannot create '%s': %s", run->out_dir.c_str(), strerror(errno));
+    const std::string path = run->out_dir + "/metrics.jsonl";
+    if (a.resume_dir.empty()) {
+        metrics_open(&run->metrics, path, "w");
+        metrics_write(&run->metrics, run_line(*run));
+    } else {
+        truncate_metrics(path, run->loop.step);
+        metrics_open(&run->metrics, path, "a");
     }
+}
 
-    const double flops_per_step = flops_per_token(c) * (double)plan.total_batch;
-    const double peak_flops = backend_peak_flops() * world;  // MFU of all the ranks' GPUs together
-    std::vector<double> step_ms;
+// Validation bits per byte and the attention diagnostics: printed and logged.
+static void run_evaluate(Run* run, int step) {
+    const double t0 = wall_ms();
+    Diagnostics diag;
+    const double bpb = evaluate_bpb(&run->model, &run->val, &run->tok, run->eval_steps, &diag);
+    ranks_check_identical(&run->model, step);
+    printf("step %d/%d | val bpb %.6f | %.1f s\n", step, run->num_steps, bpb, (wall_ms() - t0) / 1000.0);
+    const long eval_tokens = (long)run->eval_steps * run->B * run->T;
+    metrics_write(&run->metrics, JsonLine().num("step", (long long)step).str("kind", "eval").num("val_bpb", bpb, "%.8f").num("eval_tokens", (long long)eval_tokens));
+    if (diag.cos_yv.empty()) return;
+    const GPTConfig& c = run->args.config;
+    char after_xsa[64] = "";
+    if (std::count(c.xsa_layer.begin(), c.xsa_layer.end(), true) > 0)
+        snprintf(after_xsa, sizeof after_xsa, " -> cos(z, v) %.4f after XSA", mean_of(diag.cos_zv));
+    printf("step %d/%d | layer means: cos(y, v) %.4f%s | cos(v_i, v_j) %.4f | self weight %.4f\n", step, run->num_steps, mean_of(diag.cos_yv),
+           after_xsa, mean_of(diag.value_cos), mean_of(diag.self_weight));
+    metrics_write(&run->metrics, JsonLine().num("step", (long long)step).str("kind", "diag").array("cos_yv", diag.cos_yv, "%.6f")
+                                     .array("cos_zv", diag.cos_zv, "%.6f").array("self_weight", diag.self_weight, "%.6f")
+                                     .array("value_cos", diag.value_cos, "%.6f"));
+}
+
+// CORE: the task table, the value, a metrics line and DIR/core_STEP.csv.
+static void run_core(Run* run, int step) {
+    const double t0 = wall_ms();
+    CoreResult core = core_evaluate(&run->model, run->core_tasks, run->args.core_max_per_task);
+    core_print(core);
+    printf("step %d/%d | CORE %.6f | %.1f s\n", step, run->num_steps, core.core, (wall_ms() - t0) / 1000.0);
+    if (!run->metrics.file) return;
+    JsonLine centered;
+    for (const CoreTaskResult& t : core.tasks) centered.num(t.label.c_str(), t.centered, "%.8f");
+    metrics_write(&run->metrics, JsonLine().num("step", (long long)step).str("kind", "core").num("core", core.core, "%.8f").raw("centered", centered.text()));
+    char name[64];
+    snprintf(name, sizeof name, "/core_%06d.csv", step);
+    core_write_csv(core, run->out_dir + name);
+}
+
+// One optimizer step, with its console line and metrics line. `first`: the first step of this process,
+// left out of the timings.
+static void run_train_step(Run* run, int step, bool first) {
+    LoopState& loop = run->loop;
+    const double t0 = wall_ms();
+    const double lrm = lr_multiplier(run->opt.config, run->opt.step);
+    const double loss = train_step(&run->model, &run->opt, &run->train, run->accum);
+    const double dt = wall_ms() - t0;
+    loop.step = step + 1;
+    loop.smooth_loss = 0.9 * loop.smooth_loss + 0.1 * loss;
+    if (!first) {
+        loop.train_ms += dt;
+        run->step_ms.push_back(dt);
+    }
+    const int n = run->num_steps;
+    const double tok_per_s = (double)run->plan.total_batch / (dt / 1000.0);
+    const double eta_min = run->step_ms.empty() ? 0.0 : (n - step - 1) * (loop.train_ms / run->step_ms.size()) / 60000.0;
+    const double flops_per_s = run->flops_per_step / (dt / 1000.0);
+    const double mfu = run->peak_flops > 0 ? flops_per_s / run->peak_flops : NAN;  // a CPU, or an unknown GPU: no MFU, not a made-up one
+    char mfu_text[32] = "n/a";
+    if (std::isfinite(mfu)) snprintf(mfu_text, sizeof mfu_text, "%.1f%%", 100.0 * mfu);
+    printf("step %d/%d (%.1f%%) | loss %.6f (smoothed) | lrm %.4f | %.1f ms | %.0f tok/s | MFU %s | %.2f TFLOP/s | ETA %.1f min\n", step + 1, n,
+           100.0 * (step + 1) / n, loop.smooth_loss / (1.0 - pow(0.9, step + 1)), lrm, dt, tok_per_s, mfu_text, flops_per_s / 1e12, eta_min);
+    if (first && backend_memory_in_use() > 0)
+        printf("device memory in use after the first step: %.2f GiB (measured)\n", backend_memory_in_use() / 1073741824.0);
+    metrics_write(&run->metrics, JsonLine().num("step", (long long)step).str("kind", "train").num("loss", loss, "%.8f").num("lr_mult", lrm, "%.8f")
+                                     .num("dt_ms", dt, "%.3f").num("tok_per_s", tok_per_s, "%.1f").num("mfu", mfu, "%.6f"));
+}
+
+// The end of a run: throughput, the exported weights, files closed, memory freed.
+static void run_finish(Run* run) {
+    if (!run->step_ms.empty()) {
+        std::vector<double> ms = run->step_ms;
+        std::sort(ms.begin(), ms.end());
+        const double median = ms[ms.size() / 2];
+        printf("training: %.0f tok/s (median over %zu steps, %.1f ms per step); training time %.1f s\n",
+               run->plan.total_batch / (median / 1000.0), ms.size(), median, run->loop.train_ms / 1000.0);
+    }
+    if (!run->args.export_path.empty() && g_ranks.rank == 0) {
+        gpt_save_weights(&run->model, run->args.export_path);
+        printf("weights written to %s\n", run->args.export_path.c_str());
+    }
+    metrics_close(&run->metrics);
+    dataloader_free(&run->train);
+    dataloader_free(&run->val);
+    optimizer_free(&run->opt);
+    gpt_free(&run->model);
+}
+
+int main(int argc, char** argv) {
+    setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches a pipe or log file as it is printed
+    Run run;
+    run.args = parse_args(argc, argv);
+    const Args& a = run.args;
+    ranks_launch(a.ranks);  // forks the ranks, if several: from here on this is one of them
+    backend_init();
+    g_backend.xsa_fused = a.xsa_fused;
+    g_backend.graphs = a.cuda_graphs;
+    run_setup_plan(&run);
+    if (a.steps == 0) return 0;  // -n 0: the model and the plan only
+    run_setup_data(&run);
+    run_setup_model(&run);
+    run.flops_per_step = flops_per_token(a.config) * (double)run.plan.total_batch;
+    run.peak_flops = backend_peak_flops() * g_ranks.world;  // MFU of all the ranks' GPUs together
     ranks_setup_done();
-    const int first_step = loop.step;
-    int timed_steps = 0;
+
+    const int first_step = run.loop.step;
     for (int step = first_step;; step++) {
-        const bool last = step == num_steps;
-        const bool resumed_here = step == first_step && !args.resume_dir.empty();  // already done before the checkpoint
-        if (!resumed_here && (last || step % args.eval_every == 0)) {
-            double t0 = wall_ms();
-            Diagnostics diag;
-            double bpb = evaluate_bpb(&model, &val, &tok, eval_steps, &diag);
-            ranks_check_identical(&model, step);
-            printf("step %d/%d | val bpb %.6f | %.1f s\n", step, num_steps, bpb, (wall_ms() - t0) / 1000.0);
-            if (!diag.cos_yv.empty()) {
-                char after_xsa[64] = "";
-                if (std::count(c.xsa_layer.begin(), c.xsa_layer.end(), true) > 0)
-                    snprintf(after_xsa, sizeof after_xsa, " -> cos(z, v) %.4f after XSA", mean_of(diag.cos_zv));
-                printf("step %d/%d | layer means: cos(y, v) %.4f%s | cos(v_i, v_j) %.4f | self weight %.4f\n", step, num_steps,
-                       mean_of(diag.cos_yv), after_xsa, mean_of(diag.value_cos), mean_of(diag.self_weight));
+        const bool last = step == run.num_steps;
+        auto due = [&](int every) { return last || (every > 0 && step % every == 0); };
+        // a resumed run did the evaluations, samples and checkpoint of its first step before it stopped
+        if (!(step == first_step && !a.resume_dir.empty())) {
+            if (due(a.eval_every)) run_evaluate(&run, step);
+            if (step > 0 && !run.core_tasks.empty() && due(a.core_every)) run_core(&run, step);
+            if (step > 0 && g_ranks.rank == 0 && a.sample_every > 0 && due(a.sample_every)) print_samples(&run.model, &run.tok, step);
+            if (step > 0 && !run.out_dir.empty() && due(a.save_every)) {
+                const std::string path = checkpoint_path(run.out_dir, step);
+                save_checkpoint(path, &run.model, &run.opt, &run.train, run.loop);
+                printf("checkpoint %s\n", path.c_str());
             }
-            if (metrics) {
-                fprintf(metrics, "{\"step\": %d, \"kind\": \"eval\", \"val_bpb\": %.8f, \"eval_tokens\": %ld}\n", step, bpb, (long)eval_steps * micro_tokens);
-                if (!diag.cos_yv.empty()) {
-                    fprintf(metrics, "{\"step\": %d, \"kind\": \"diag\"", step);
-                    const std::pair<const char*, const std::vector<double>*> series[] = {
-                        {"cos_yv", &diag.cos_yv}, {"cos_zv", &diag.cos_zv}, {"self_weight", &diag.self_weight}, {"value_cos", &diag.value_cos}};
-                    for (const auto& s : series) {
-                        fprintf(metrics, ", \"%s\": [", s.first);
-                        for (size_t l = 0; l < s.second->size(); l++) fprintf(metrics, "%s%.6f", l ? ", " : "", (*s.second)[l]);
-                        fprintf(metrics, "]");
-                    }
-                    fprintf(metrics, "}\n");
-                }
-                fflush(metrics);
-            }
-        }
-        if (!core_tasks.empty() && !resumed_here && step > 0 && (last || step % args.core_every == 0)) {
-            double t0 = wall_ms();
-            CoreResult core = core_evaluate(&model, core_tasks, args.core_max_per_task);
-            core_print(core);
-            printf("step %d/%d | CORE %.6f | %.1f s\n", step, num_steps, core.core, (wall_ms() - t0) / 1000.0);
-            if (metrics) {
-                fprintf(metrics, "{\"step\": %d, \"kind\": \"core\", \"core\": %.8f, \"centered\": {", step, core.core);
-                for (size_t i = 0; i < core.tasks.size(); i++) fprintf(metrics, "%s\"%s\": %.8f", i ? ", " : "", core.tasks[i].label.c_str(), core.tasks[i].centered);
-                fprintf(metrics, "}}\n");
-                fflush(metrics);
-                char name[64];
-                snprintf(name, sizeof name, "/core_%06d.csv", step);
-                core_write_csv(core, out_dir + name);
-            }
-        }
-        if (g_ranks.rank == 0 && !resumed_here && step > 0 && args.sample_every > 0 && (last || step % args.sample_every == 0))
-            print_samples(&model, &tok, step);
-        if (!out_dir.empty() && !resumed_here && step > 0 && (last || (args.save_every > 0 && step % args.save_every == 0))) {
-            std::string path = checkpoint_path(out_dir, step);
-            save_checkpoint(path, &model, &opt, &train, loop);
-            printf("checkpoint %s\n", path.c_str());
         }
         if (last) break;
-
-        const double t0 = wall_ms();
-        const double lrm = lr_multiplier(opt.config, opt.step);
-        const double loss = train_step(&model, &opt, &train, accum);
-        const double dt = wall_ms() - t0;
-        loop.step = step + 1;
-        loop.smooth_loss = 0.9 * loop.smooth_loss + 0.1 * loss;
-        if (step > first_step) {  // the first step pays for page faults and allocations
-            loop.train_ms += dt;
-            timed_steps++;
-            step_ms.push_back(dt);
-        }
-        const double tok_per_s = (double)plan.total_batch / (dt / 1000.0);
-        const double eta_min = timed_steps > 0 ? (num_steps - step - 1) * (loop.train_ms / timed_steps) / 60000.0 : 0.0;
-        const double flops_per_s = flops_per_step / (dt / 1000.0);
-        char mfu_text[32] = "n/a";  // a CPU, or a GPU without a known peak: no MFU rather than a made-up one
-        if (peak_flops > 0) snprintf(mfu_text, sizeof mfu_text, "%.1f%%", 100.0 * flops_per_s / peak_flops);
-        printf("step %d/%d (%.1f%%) | loss %.6f (smoothed) | lrm %.4f | %.1f ms | %.0f tok/s | MFU %s | %.2f TFLOP/s | ETA %.1f min\n",
-               step + 1, num_steps, 100.0 * (step + 1) / num_steps, loop.smooth_loss / (1.0 - pow(0.9, step + 1)), lrm, dt, tok_per_s,
-               mfu_text, flops_per_s / 1e12, eta_min);
-        if (step == first_step && backend_memory_in_use() > 0)
-            printf("device memory in use after the first step: %.2f GiB (measured)\n", backend_memory_in_use() / 1073741824.0);
-        if (metrics)
-            fprintf(metrics, "{\"step\": %d, \"kind\": \"train\", \"loss\": %.8f, \"lr_mult\": %.8f, \"dt_ms\": %.3f, \"tok_per_s\": %.1f, \"mfu\": %s}\n",
-                    step, loss, lrm, dt, tok_per_s, peak_flops > 0 ? std::to_string(flops_per_s / peak_flops).c_str() : "null");
+        run_train_step(&run, step, step == first_step);
     }
-    if (!step_ms.empty()) {
-        std::sort(step_ms.begin(), step_ms.end());
-        double median = step_ms[step_ms.size() / 2];
-        printf("training: %.0f tok/s (median over %zu steps, %.1f ms per step); training time %.1f s\n", plan.total_batch / (median / 1000.0),
-               step_ms.size(), median, loop.train_ms / 1000.0);
-    }
-    if (!args.export_path.empty() && g_ranks.rank == 0) {
-        gpt_save_weights(&model, args.export_path);
-        printf("weights written to %s\n", args.export_path.c_str());
-    }
-    if (metrics) fclose(metrics);
-    dataloader_free(&train);
-    dataloader_free(&val);
-    optimizer_free(&opt);
-    gpt_free(&model);
+    run_finish(&run);
     return 0;
 }
-#endif
+
+#endif  // TRAIN_GPT_NO_MAIN

@@ -1,4 +1,4 @@
-// xsa.cuh: Exclusive Self-Attention (Zhai 2026; ../shared/spec/xsa.md). After attention and before
+// xsa.cuh: Exclusive Self-Attention (Zhai 2026; dev/docs/model.md#xsa). After attention and before
 // c_proj, each query head's output y_i loses (a fraction alpha of) its component along the token's own
 // value vector v_i (of the kv head that the query head reads, after the value-embedding mix):
 //     z_i = y_i - alpha * (y_i . v_i) / (v_i . v_i + eps) * v_i
@@ -70,7 +70,7 @@ static inline void xsa_backward_cpu(real* dy, real* dv, const real* dz, const re
 }
 
 // ----------------------------------------------------------------------------------------------------
-// Diagnostics (spec xsa.md, "attention similarity bias"): how much each head's output points along the
+// Diagnostics (dev/docs/model.md#xsa-diagnostics): how much each head's output points along the
 // token's own value, before and after XSA, and how much attention a token pays itself. Per token n (b, t):
 //   out[n][0] = sum_h cos(y[n,h], v[n,h/g]),  out[n][1] = sum_h cos(z[n,h], v[n,h/g]),
 //   out[n][2] = sum_h a_tt(h) = sum_h exp(q[n,h].k[n,h/g] / sqrt(D) - lse[b,h,t])   (the diagonal of softmax)

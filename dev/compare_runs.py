@@ -10,8 +10,8 @@ The first run is the baseline; every other run is compared with it. Printed:
   * the training loss: the mean raw loss over the last 10% of the steps all runs completed, and the
     largest gap between the baseline's and each run's loss curves (debiased EMA, beta 0.9, as the console);
   * CORE at the last CORE evaluation all runs reached, and per task (centered accuracy);
-  * the attention diagnostics (spec/xsa.md) at the last common evaluation: means over layers, and with
-    --layers one row per layer;
+  * the attention diagnostics (dev/docs/model.md#xsa-diagnostics) at the last common evaluation: means
+    over layers, and with --layers one row per layer;
   * cost: time per step and tokens/s (median, p10-p90, over the timed steps: step 0 pays for allocations
     and graph capture and is left out), MFU, and each run's step-time overhead against the baseline.
 
@@ -211,7 +211,7 @@ def compare(runs, per_layer):
     print("steps done: " + ", ".join(finished))
 
     if step is not None and all(step in r["diag"] for r in runs):
-        print(f"\n== attention diagnostics at step {step} (means over layers; spec/xsa.md)")
+        print(f"\n== attention diagnostics at step {step} (means over layers; dev/docs/model.md#xsa-diagnostics)")
         series = [("cos_yv", "cos(y, v) before XSA"), ("cos_zv", "cos(z, v) after XSA"), ("self_weight", "self weight"),
                   ("value_cos", "cos(v_i, v_j), i != j")]
         for key, label in series:

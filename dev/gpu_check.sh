@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dev/gpu_check.sh: the one script a GPU session runs (issue #6), within 10 minutes on an H100/H200:
+# dev/gpu_check.sh: the one script a GPU session runs, within 10 minutes on an H100/H200:
 #   1. build every CUDA target (warnings are errors)
 #   2. what `make test` runs on a GPU machine: the CUDA suite (test_xsa.cu built with nvcc: the PyTorch
 #      references, identities, graphs, the CUDA trainer against the CPU one), then the CPU suite

@@ -704,13 +704,37 @@ static inline int attention_dkdv_smem(int D) {
     return (2 * ATT_TILE + 4 * bq) * (D + ATT_PAD) * (int)sizeof(floatX) + 4 * bq * (int)sizeof(float);
 }
 
-// Scratch of the backward, in floats: delta (B, H, T); with XSA fused also dy (B, T, H, D) bf16 and the
-// self-position dv term (B, T, Hkv, D) fp32. Layout: [dy | dv_extra | delta], dy first so all start
-// 16-byte aligned.
+// The backward's scratch: one float buffer, regions at fixed offsets, each rounded up to 16 bytes (so all
+// start 16-byte aligned when the buffer does):
+//   [delta | dy | dv_extra | dv_xsa]
+//   delta     (B, H, T) fp32        rowsum(dy * y)                           every path
+//   dy        (B, T, H, D) bf16     dL/dz turned into dL/dy by the fused     attention_backward_xsa_cuda
+//                                   XSA preprocessing
+//   dv_extra  (B, T, Hkv, D) fp32   XSA's self-position dv term (fused)      attention_backward_xsa_cuda
+//   dv_xsa    (B, T, Hkv, D) bf16   XSA's dv term on the unfused path, kept  backend.cuh: xsa_backward_cuda,
+//                                   past what attention_backward_cuda uses   attention_backward_cuda, add
+// A path uses a prefix of the buffer; `floats` is where its last region ends. This function is the one place
+// the layout is written: the size, the host wrappers below and backend.cuh all take their offsets from it.
+enum AttentionBackwardPath { ATTN_BWD_PLAIN, ATTN_BWD_XSA_FUSED, ATTN_BWD_XSA_UNFUSED };
+struct AttentionBackwardScratch {
+    size_t delta, dy, dv_extra, dv_xsa;  // offsets, in floats from the start of the scratch
+    size_t floats;                       // what the path needs
+};
+static inline AttentionBackwardScratch attention_backward_scratch(size_t tokens, int H, int Hkv, int D, AttentionBackwardPath path) {
+    auto floats_of = [](size_t bytes) { return (bytes + 15) / 16 * 4; };  // a region of `bytes`, in whole 16-byte units
+    AttentionBackwardScratch s;
+    s.delta = 0;
+    s.dy = s.delta + floats_of(tokens * H * sizeof(float));
+    s.dv_extra = s.dy + floats_of(tokens * H * D * sizeof(floatX));
+    s.dv_xsa = s.dv_extra + floats_of(tokens * Hkv * D * sizeof(float));
+    const size_t end = s.dv_xsa + floats_of(tokens * Hkv * D * sizeof(floatX));
+    s.floats = path == ATTN_BWD_PLAIN ? s.dy : path == ATTN_BWD_XSA_FUSED ? s.dv_xsa : end;
+    return s;
+}
+
+// Scratch of attention_backward_cuda (xsa false) or attention_backward_xsa_cuda (xsa true), in floats
 static inline size_t attention_backward_scratch_floats(int B, int T, int H, int Hkv, int D, bool xsa) {
-    const size_t delta = (size_t)B * H * T;
-    if (!xsa) return delta;
-    return (size_t)B * T * H * D / 2 + (size_t)B * T * Hkv * D + delta;
+    return attention_backward_scratch((size_t)B * T, H, Hkv, D, xsa ? ATTN_BWD_XSA_FUSED : ATTN_BWD_PLAIN).floats;
 }
 
 // forward: y (B, T, H, D), lse (B, H, T); z (B, T, H, D) = XSA of y when z != nullptr
@@ -780,7 +804,7 @@ static inline void attention_backward_cuda(floatX* dq, floatX* dk, floatX* dv, c
                                            cudaStream_t stream) {
     attention_check_shape(T, H, Hkv, D, window, "attention_backward_cuda");
     window = std::min(window, T);
-    float* delta = scratch;
+    float* delta = scratch + attention_backward_scratch((size_t)B * T, H, Hkv, D, ATTN_BWD_PLAIN).delta;
     const size_t rows = (size_t)B * T * H;
     const int grid = ceil_div((long)rows, 8);
     if (D == 64) {
@@ -806,9 +830,10 @@ static inline void attention_backward_xsa_cuda(floatX* dq, floatX* dk, floatX* d
     attention_check_shape(T, H, Hkv, D, window, "attention_backward_xsa_cuda");
     window = std::min(window, T);
     const size_t tokens = (size_t)B * T;
-    floatX* dy = reinterpret_cast<floatX*>(scratch);
-    float* dv_extra = scratch + tokens * H * D / 2;
-    float* delta = dv_extra + tokens * Hkv * D;
+    const AttentionBackwardScratch s = attention_backward_scratch(tokens, H, Hkv, D, ATTN_BWD_XSA_FUSED);
+    floatX* dy = reinterpret_cast<floatX*>(scratch + s.dy);
+    float* dv_extra = scratch + s.dv_extra;
+    float* delta = scratch + s.delta;
     const int grid = ceil_div((long)(tokens * Hkv), 8);
     if (D == 64) {
         xsa_backward_kernel<64, true><<<grid, 256, 0, stream>>>(dy, nullptr, dv_extra, delta, dz, y, v, tokens, T, H, Hkv, alpha);

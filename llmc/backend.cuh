@@ -162,7 +162,7 @@ static inline double backend_peak_flops() {
 static inline void* backend_malloc(size_t bytes, const char* what) {
 #ifdef __CUDACC__
     void* p = nullptr;
-    if (cudaMalloc(&p, bytes == 0 ? 1 : bytes) != cudaSuccess) fail("out of GPU memory allocating %zu bytes for %s", bytes, what);
+    if (cuda_malloc(&p, bytes == 0 ? 1 : bytes) != cudaSuccess) fail("out of GPU memory allocating %zu bytes for %s", bytes, what);
     return p;
 #else
     return malloc_or_fail(bytes, what);
@@ -171,7 +171,7 @@ static inline void* backend_malloc(size_t bytes, const char* what) {
 
 static inline void backend_free(void* p) {
 #ifdef __CUDACC__
-    if (p) cudaCheck(cudaFree(p));
+    cuda_free(p);
 #else
     free(p);
 #endif
@@ -245,15 +245,17 @@ static inline void backend_download(void* host_dst, const void* src, size_t byte
 #endif
 }
 
-// Work replayed as a CUDA graph (on the CPU, and with g_backend.graphs off, it just runs). The key lists
-// everything the captured launches bake in -- buffer addresses, shapes, scalar arguments. With a new key
-// the work first runs eagerly once, so that one-time set-up (the attention kernels' shared-memory opt-in,
+// Work replayed as a CUDA graph (on the CPU, and with g_backend.graphs off, it just runs). A captured graph
+// bakes in its launches' arguments: buffer addresses, which change only when device memory is allocated or
+// freed (g_device_memory_epoch counts that), and the scalar arguments (shapes, scales), which the caller
+// lists in `key`. When either changed, the work first runs eagerly once, so that one-time set-up (the attention kernels' shared-memory opt-in,
 // cuBLASLt's algorithm search, lazily sized scratch) happens outside any capture; the next run with the
 // same key is captured, and every later one replays the graph: one launch instead of hundreds.
 struct BackendGraph {
     std::vector<uintptr_t> key;
-    int runs = 0;                      // runs with this key so far
+    int runs = 0;                      // runs with this key and these buffers so far
 #ifdef __CUDACC__
+    uint64_t memory_epoch = 0;         // g_device_memory_epoch after the last run
     cudaGraphExec_t exec = nullptr;
 #endif
 };
@@ -273,12 +275,13 @@ static inline void backend_graph_run(BackendGraph* g, const std::vector<uintptr_
         work();
         return;
     }
-    if (key != g->key) {
+    if (key != g->key || g_device_memory_epoch != g->memory_epoch) {
         backend_graph_reset(g);
         g->key = key;
     }
     if (g->runs++ == 0) {
-        work();
+        work();  // may allocate (lazily sized buffers): the capture is then taken with the buffers as they end up
+        g->memory_epoch = g_device_memory_epoch;
         return;
     }
     if (g->exec == nullptr) {
@@ -297,11 +300,15 @@ static inline void backend_graph_run(BackendGraph* g, const std::vector<uintptr_
 }
 
 #ifdef __CUDACC__
-// Scratch for the reductions and the attention backward of a (B, T) batch (CUDA only).
+// Scratch for the reductions and the attention backward of a (B, T) batch (CUDA only): the most any op
+// that takes g_backend.scratch needs, each op's size from its own header. The ops run one after another
+// on one stream, so they share the buffer.
 static inline size_t backend_scratch_floats(size_t tokens, int H, int Hkv, int D) {
-    // attention backward: dy (bf16), XSA's dv term (fp32), Delta; then the unfused XSA's dv term (bf16)
-    size_t attention = tokens * H * D / 2 + tokens * Hkv * D + tokens * H + tokens * Hkv * D / 2 + 1;
-    return std::max({attention, (size_t)LAMBDA_MIX_SCRATCH_FLOATS, (size_t)SMEAR_SCRATCH_FLOATS, value_embed_scratch_floats(Hkv)});
+    size_t attention = 0;  // every path of attention_xsa_backward (layout: attention_backward_scratch)
+    for (AttentionBackwardPath path : {ATTN_BWD_PLAIN, ATTN_BWD_XSA_FUSED, ATTN_BWD_XSA_UNFUSED})
+        attention = std::max(attention, attention_backward_scratch(tokens, H, Hkv, D, path).floats);
+    return std::max({attention, (size_t)DOT_SCRATCH_FLOATS, (size_t)LAMBDA_MIX_SCRATCH_FLOATS, (size_t)SMEAR_SCRATCH_FLOATS,
+                     value_embed_scratch_floats(Hkv)});
 }
 
 static inline void backend_ensure_scratch(size_t floats) {
@@ -463,9 +470,9 @@ static inline void attention_xsa_backward(floatX* dq, floatX* dk, floatX* dv, fl
         attention_backward_cuda(dq, dk, dv, dz, q, k, v, y, lse, B, T, H, Hkv, D, window, g_backend.scratch, g_backend.stream);
         return;
     }
-    // unfused: XSA's own self-position dv term goes to the end of scratch, past what the attention
-    // backward uses (see backend_scratch_floats), since the attention backward overwrites dv
-    floatX* dv_xsa = (floatX*)(g_backend.scratch + tokens * H * D / 2 + tokens * Hkv * D + tokens * H);
+    // unfused: XSA's own self-position dv term goes to its region of the scratch, past what the attention
+    // backward uses (see attention_backward_scratch), since the attention backward overwrites dv
+    floatX* dv_xsa = (floatX*)(g_backend.scratch + attention_backward_scratch(tokens, H, Hkv, D, ATTN_BWD_XSA_UNFUSED).dv_xsa);
     backend_zero(dv_xsa, tokens * Hkv * D * sizeof(floatX));
     xsa_backward_cuda(dz, dv_xsa, dz, y, v, tokens, H, Hkv, D, alpha, g_backend.stream);
     attention_backward_cuda(dq, dk, dv, dz, q, k, v, y, lse, B, T, H, Hkv, D, window, g_backend.scratch, g_backend.stream);

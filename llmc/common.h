@@ -15,7 +15,9 @@
 #include <string>
 #include <vector>
 #ifdef _OPENMP
+#include <fcntl.h>
 #include <omp.h>
+#include <unistd.h>
 #endif
 
 // ----------------------------------------------------------------------------------------------------
@@ -43,8 +45,46 @@ static inline void fread_or_fail(void* dst, size_t size, size_t count, FILE* f, 
     if (fread(dst, size, count, f) != count) fail("'%s' is truncated or unreadable", path);
 }
 
-static inline void fwrite_or_fail(const void* src, size_t size, size_t count, FILE* f, const char* path) {
-    if (fwrite(src, size, count, f) != count) fail("cannot write '%s': %s", path, strerror(errno));
+// Files a run writes (checkpoints, weights, CSVs, the rewritten metrics log) go to PATH.tmp first, which is
+// flushed, fsync'ed and closed with every step checked, then renamed over PATH, and the directory is
+// fsync'ed: a crash, kill -9 or full disk leaves the old file or the new one, never a torn one; an error
+// removes PATH.tmp, then says what failed.
+struct AtomicFile {
+    std::string path, tmp;
+    FILE* f = nullptr;
+};
+
+static inline void atomic_fail(AtomicFile* a, const char* what) {
+    const int err = errno;
+    if (a->f) fclose(a->f);
+    unlink(a->tmp.c_str());
+    fail("cannot %s '%s': %s", what, a->path.c_str(), strerror(err));
+}
+
+static inline AtomicFile atomic_open(const std::string& path) {
+    AtomicFile a{path, path + ".tmp", nullptr};
+    a.f = fopen(a.tmp.c_str(), "wb");
+    if (a.f == nullptr) fail("cannot write '%s': %s", a.tmp.c_str(), strerror(errno));
+    return a;
+}
+
+static inline void atomic_write(AtomicFile* a, const void* data, size_t bytes) {
+    if (fwrite(data, 1, bytes, a->f) != bytes) atomic_fail(a, "write");
+}
+
+static inline void atomic_commit(AtomicFile* a) {
+    if (fflush(a->f) != 0 || fsync(fileno(a->f)) != 0) atomic_fail(a, "write");
+    FILE* f = a->f;
+    a->f = nullptr;
+    if (fclose(f) != 0) atomic_fail(a, "write");
+    if (rename(a->tmp.c_str(), a->path.c_str()) != 0) atomic_fail(a, "replace");
+    const size_t slash = a->path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : a->path.substr(0, slash);
+    const int fd = open(dir.c_str(), O_RDONLY);
+    if (fd >= 0) {  // the rename itself survives a crash once its directory is on disk
+        fsync(fd);
+        close(fd);
+    }
 }
 
 static inline void* malloc_or_fail(size_t bytes, const char* what) {

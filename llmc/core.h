@@ -1,5 +1,5 @@
-// core.h: CORE (nanochat's 22-task in-context metric, spec 5.2) over the pre-tokenized task files that
-// dev/data/core.py writes. Python renders the prompts and computes the answer spans (few-shot sampling
+// core.h: CORE (nanochat's 22-task in-context metric, dev/docs/evaluation.md#core) over the pre-tokenized
+// task files that dev/data/core.py writes. Python renders the prompts and computes the answer spans (few-shot sampling
 // and tokenisation must match nanochat exactly); this side only reads, scores and aggregates. The model
 // forward that produces the logits is in train_gpt.cu (core_evaluate).
 //
@@ -190,12 +190,15 @@ static inline void core_print(const CoreResult& r) {
 
 // label,type,items,accuracy,random_baseline,centered per task, then a CORE row
 static inline void core_write_csv(const CoreResult& r, const std::string& path) {
-    std::string tmp = path + ".tmp";
-    FILE* f = fopen_or_fail(tmp.c_str(), "w");
-    fprintf(f, "label,type,items,accuracy,random_baseline,centered\n");
-    for (const CoreTaskResult& t : r.tasks)
-        fprintf(f, "%s,%s,%d,%.6f,%.2f,%.6f\n", t.label.c_str(), CORE_TYPE_NAMES[t.type], t.items, t.accuracy, t.random_baseline, t.centered);
-    fprintf(f, "CORE,,,,,%.6f\n", r.core);
-    if (fclose(f) != 0) fail("cannot write '%s': %s", tmp.c_str(), strerror(errno));
-    if (rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename '%s' to '%s': %s", tmp.c_str(), path.c_str(), strerror(errno));
+    std::string csv = "label,type,items,accuracy,random_baseline,centered\n";
+    char row[512];
+    for (const CoreTaskResult& t : r.tasks) {
+        snprintf(row, sizeof row, ",%s,%d,%.6f,%.2f,%.6f\n", CORE_TYPE_NAMES[t.type], t.items, t.accuracy, t.random_baseline, t.centered);
+        csv += t.label + row;
+    }
+    snprintf(row, sizeof row, "CORE,,,,,%.6f\n", r.core);
+    csv += row;
+    AtomicFile f = atomic_open(path);
+    atomic_write(&f, csv.data(), csv.size());
+    atomic_commit(&f);
 }

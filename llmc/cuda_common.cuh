@@ -1,6 +1,6 @@
 // cuda_common.cuh: what every CUDA op of the CUDA backend shares (compiled only by nvcc).
 //
-// Conventions of the CUDA backend (../shared/DESIGN.md):
+// Conventions of the CUDA backend (dev/docs/design.md#conventions-of-the-cuda-backend):
 // * activations and matmul inputs are bf16 (floatX); parameters (master weights), their gradients and
 //   the optimizer state are fp32; norms, softmax, losses and every reduction accumulate in fp32;
 // * every op takes its cudaStream_t last and never synchronises the device;
@@ -22,6 +22,31 @@ static inline void cuda_check(cudaError_t err, const char* file, int line) {
 }
 // after a kernel launch: launch errors (bad configuration) surface here, execution errors at the next sync
 #define cudaCheckLaunch() cuda_check(cudaGetLastError(), __FILE__, __LINE__)
+
+// Device memory is allocated and freed only through these four, which count every change: a captured CUDA
+// graph bakes in the addresses of the buffers its kernels use, so backend_graph_run captures anew whenever
+// the count moved (rather than compare a hand-kept list of buffers, which a new buffer could silently miss).
+static uint64_t g_device_memory_epoch = 0;
+template <typename T>
+static inline cudaError_t cuda_malloc(T** p, size_t bytes) {
+    g_device_memory_epoch++;
+    return cudaMalloc((void**)p, bytes);
+}
+static inline void cuda_free(void* p) {
+    if (!p) return;
+    g_device_memory_epoch++;
+    cuda_check(cudaFree(p), __FILE__, __LINE__);
+}
+template <typename T>
+static inline void cuda_malloc_async(T** p, size_t bytes, cudaStream_t stream) {  // stream-ordered: no device-wide sync
+    g_device_memory_epoch++;
+    cuda_check(cudaMallocAsync((void**)p, bytes, stream), __FILE__, __LINE__);
+}
+static inline void cuda_free_async(void* p, cudaStream_t stream) {
+    if (!p) return;
+    g_device_memory_epoch++;
+    cuda_check(cudaFreeAsync(p, stream), __FILE__, __LINE__);
+}
 
 static inline int ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
 

@@ -242,8 +242,8 @@ static inline void embedding_buckets_free(EmbeddingBuckets* b) {
     if (b->pending) cudaCheck(cudaEventSynchronize(b->uploaded));
     if (b->uploaded) cudaCheck(cudaEventDestroy(b->uploaded));
     if (b->h_buf) cudaCheck(cudaFreeHost(b->h_buf));
-    if (b->d_buf) cudaCheck(cudaFreeAsync(b->d_buf, b->stream));
-    if (b->d_scratch) cudaCheck(cudaFreeAsync(b->d_scratch, b->stream));
+    cuda_free_async(b->d_buf, b->stream);
+    cuda_free_async(b->d_scratch, b->stream);
     *b = EmbeddingBuckets();
 }
 
@@ -266,8 +266,8 @@ static inline void embedding_buckets_build(EmbeddingBuckets* b, const int* host_
         const size_t ints = embedding_buckets_layout_ints(N);
         if (b->h_buf) cudaCheck(cudaFreeHost(b->h_buf));
         cudaCheck(cudaMallocHost(&b->h_buf, ints * sizeof(int)));
-        if (b->d_buf) cudaCheck(cudaFreeAsync(b->d_buf, stream));
-        cudaCheck(cudaMallocAsync(&b->d_buf, ints * sizeof(int), stream));
+        cuda_free_async(b->d_buf, stream);
+        cuda_malloc_async(&b->d_buf, ints * sizeof(int), stream);
         b->cap_N = N;
     }
     // counting sort of the ids
@@ -403,8 +403,8 @@ __global__ void __launch_bounds__(1024) embedding_backward_heavy_kernel(float* d
 static inline void embedding_backward_reserve(const EmbeddingBuckets* b, int C, cudaStream_t stream) {
     const size_t need = embedding_backward_scratch_floats(b->cap_N, C);
     if (need <= b->scratch_floats) return;
-    if (b->d_scratch) cudaCheck(cudaFreeAsync(b->d_scratch, stream));
-    cudaCheck(cudaMallocAsync(&b->d_scratch, need * sizeof(float), stream));
+    cuda_free_async(b->d_scratch, stream);
+    cuda_malloc_async(&b->d_scratch, need * sizeof(float), stream);
     b->scratch_floats = need;
 }
 

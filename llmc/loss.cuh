@@ -58,7 +58,7 @@ static inline void softcap_crossentropy_backward_cpu(float* logits, const int* t
 }
 
 // ----------------------------------------------------------------------------------------------------
-// CUDA backend (issue #6; API in dev/cuda/API.md)
+// CUDA backend (API in dev/cuda/API.md)
 //
 // One block per row of logits (V up to 65536 and beyond, any V). All math in fp32; the logits are bf16 in
 // memory. A row is walked in 16-byte chunks of 8 bf16 where its alignment allows (a row starts at n*V*2

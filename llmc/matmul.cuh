@@ -6,7 +6,13 @@ PyTorch layout (N, K) = (out_features, in_features), so the forward pass is
     out (M, N) = inp (M, K) @ weight^T
 where M = B*T is the number of rows (tokens).
 
-CPU backend properties:
+Read first: the plain triple loops at the top of the CPU section (matmul_forward_naive_cpu,
+matmul_forward_add_naive_cpu, matmul_backward_naive_cpu, and gemm_naive_cpu for the general GEMM):
+they say what every CPU function here computes, in a few lines each. Everything after them is
+gemm_cpu, the fast BLIS-style kernel the model actually runs, and the matmul_*_cpu wrappers on it;
+test_xsa.cu (test_matmul_fast_vs_naive) and dev/cpu/bench_matmul.cpp check it against the loops.
+
+CPU backend properties (of the fast kernel):
 - exact fp32: every product and sum is an fp32 FMA or add (mul + add in the portable fallback),
   no reduced-precision tricks, no reliance on -ffast-math
 - deterministic: each output element is summed in a fixed order that depends only on K,
@@ -30,6 +36,84 @@ CPU backend properties:
 
 // ----------------------------------------------------------------------------
 // CPU
+
+// ---- The readable reference: plain triple loops (as llm.c's matmul_forward_naive) ----
+// One running sum per output element, k in increasing order. Templated on the scalar so that the tests
+// can run the very same loops in double as exact truth. The model never calls them: strided reads and
+// no blocking make them tens of times slower than gemm_cpu below.
+
+// out (M, N) = inp (M, K) @ weight^T:   out[i][j] = sum_k inp[i][k] * weight[j][k]
+template <typename real>
+static inline void matmul_forward_naive_cpu(real* out, const real* inp, const real* weight, int M, int K, int N) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            real sum = 0;
+            for (int k = 0; k < K; k++) sum += inp[(size_t)i * K + k] * weight[(size_t)j * K + k];
+            out[(size_t)i * N + j] = sum;
+        }
+}
+
+// out (M, N) = residual (M, N) + inp (M, K) @ weight^T   (out may be residual)
+template <typename real>
+static inline void matmul_forward_add_naive_cpu(real* out, const real* inp, const real* weight, const real* residual, int M, int K,
+                                                int N) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            real sum = 0;
+            for (int k = 0; k < K; k++) sum += inp[(size_t)i * K + k] * weight[(size_t)j * K + k];
+            out[(size_t)i * N + j] = residual[(size_t)i * N + j] + sum;
+        }
+}
+
+// dinp (M, K) = or += dout (M, N) @ weight (N, K):   dinp[i][k] (+)= sum_j dout[i][j] * weight[j][k]   (dinp_write)
+// dweight (N, K) += dout^T (N, M) @ inp (M, K):      dweight[j][k] += sum_i dout[i][j] * inp[i][k]
+// Either is skipped when its pointer is nullptr.
+template <typename real>
+static inline void matmul_backward_naive_cpu(real* dinp, real* dweight, const real* dout, const real* inp, const real* weight, int M,
+                                             int K, int N, GradWrite dinp_write) {
+    if (dinp != nullptr) {
+#pragma omp parallel for collapse(2) schedule(static)
+        for (int i = 0; i < M; i++)
+            for (int k = 0; k < K; k++) {
+                real sum = 0;
+                for (int j = 0; j < N; j++) sum += dout[(size_t)i * N + j] * weight[(size_t)j * K + k];
+                real* d = dinp + (size_t)i * K + k;
+                *d = dinp_write == GRAD_ACCUMULATE ? *d + sum : sum;
+            }
+    }
+    if (dweight != nullptr) {
+#pragma omp parallel for collapse(2) schedule(static)
+        for (int j = 0; j < N; j++)
+            for (int k = 0; k < K; k++) {
+                real sum = 0;
+                for (int i = 0; i < M; i++) sum += dout[(size_t)i * N + j] * inp[(size_t)i * K + k];
+                dweight[(size_t)j * K + k] += sum;
+            }
+    }
+}
+
+// C (M, N) = or += op(A) (M, K) @ op(B) (K, N), op(X) = X or X^T: the general contract of gemm_cpu (strides
+// and transposes as documented there), element (i, p) of op(A) being A[i][p], or A[p][i] when transA.
+template <typename real>
+static inline void gemm_naive_cpu(real* C, const real* A, const real* B, int M, int N, int K, int lda, int ldb, int ldc, bool transA,
+                                  bool transB, bool accumulate) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            real sum = 0;
+            for (int p = 0; p < K; p++) {
+                real a = transA ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p];
+                real b = transB ? B[(size_t)j * ldb + p] : B[(size_t)p * ldb + j];
+                sum += a * b;
+            }
+            real* c = C + (size_t)i * ldc + j;
+            *c = accumulate ? *c + sum : sum;
+        }
+}
+
+// ---- The fast kernel ----
 
 // GEMM in the BLIS style (Goto's algorithm):
 //   for jc over N in steps of GEMM_NC:            B panel (kc, nc) lives in L3
@@ -300,7 +384,7 @@ static inline void matmul_backward_cpu(float* dinp, float* dweight, const float*
 }
 
 // ----------------------------------------------------------------------------
-// CUDA (issue #6; API in dev/cuda/API.md)
+// CUDA (API in dev/cuda/API.md)
 //
 // Every GEMM of the CUDA backend goes through cuBLASLt with bf16 operands, fp32 accumulation (compute
 // type CUBLAS_COMPUTE_32F, fp32 alpha/beta), and a bf16 or fp32 result. All matrices are row-major, as
@@ -369,7 +453,7 @@ static inline void matmul_cuda_init(cudaStream_t stream) {
     (void)stream;  // the workspace is plain device memory; nothing is enqueued
     if (g_matmul.handle != nullptr) return;
     cublasCheck(cublasLtCreate(&g_matmul.handle));
-    cudaCheck(cudaMalloc(&g_matmul.workspace, MATMUL_WORKSPACE_BYTES));
+    cudaCheck(cuda_malloc(&g_matmul.workspace, MATMUL_WORKSPACE_BYTES));
 }
 
 // Largest power of two (at most 256) dividing the address of every matrix of a strided batch, in bytes:

@@ -4,7 +4,7 @@
 
 #include "common.h"
 
-// torch.finfo(torch.float32).eps: the eps F.rms_norm uses when none is given (spec 1.7)
+// torch.finfo(torch.float32).eps: the eps F.rms_norm uses when none is given (dev/docs/model.md#rmsnorm)
 static const float RMSNORM_EPS = 1.1920929e-07f;
 
 // ----------------------------------------------------------------------------------------------------

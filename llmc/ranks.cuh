@@ -232,8 +232,8 @@ static inline void ranks_sum_doubles(double* x, size_t n) {
     if (g_ranks.world == 1) return;
 #if defined(__CUDACC__) && defined(XSA_NCCL)
     if (n > g_ranks.d_doubles_capacity) {
-        if (g_ranks.d_doubles) cudaCheck(cudaFree(g_ranks.d_doubles));
-        cudaCheck(cudaMalloc(&g_ranks.d_doubles, n * sizeof(double)));
+        cuda_free(g_ranks.d_doubles);
+        cudaCheck(cuda_malloc(&g_ranks.d_doubles, n * sizeof(double)));
         g_ranks.d_doubles_capacity = n;
     }
     cudaCheck(cudaMemcpyAsync(g_ranks.d_doubles, x, n * sizeof(double), cudaMemcpyHostToDevice, g_backend.stream));

@@ -240,16 +240,14 @@ static inline void safetensors_write(const std::string& path, const std::map<std
     }
     header += "}";
     while ((8 + header.size()) % 8 != 0) header += ' ';  // align the data buffer to 8 bytes
-    std::string tmp = path + ".tmp";
-    FILE* f = fopen_or_fail(tmp.c_str(), "wb");
-    uint64_t header_len = header.size();
-    fwrite_or_fail(&header_len, 8, 1, f, tmp.c_str());
-    fwrite_or_fail(header.data(), 1, header.size(), f, tmp.c_str());
+    AtomicFile f = atomic_open(path);
+    const uint64_t header_len = header.size();
+    atomic_write(&f, &header_len, 8);
+    atomic_write(&f, header.data(), header.size());
     for (const SafeTensorOut& t : tensors) {
         size_t numel = 1;
         for (int64_t d : t.shape) numel *= (size_t)d;
-        fwrite_or_fail(t.data, 4, numel, f, tmp.c_str());
+        atomic_write(&f, t.data, 4 * numel);
     }
-    if (fclose(f) != 0) fail("cannot write '%s': %s", tmp.c_str(), strerror(errno));
-    if (rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename '%s' to '%s': %s", tmp.c_str(), path.c_str(), strerror(errno));
+    atomic_commit(&f);
 }

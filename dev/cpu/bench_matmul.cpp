@@ -6,7 +6,8 @@ g++ -O3 -march=native -fopenmp -std=c++17 -I. dev/cpu/bench_matmul.cpp -o /tmp/b
 /tmp/bench_matmul
 
 1) correctness: forward, both backward gradients (+= semantics) and gemm_cpu with every
-   transpose combination and padded strides, against a double-precision triple loop;
+   transpose combination and padded strides, against matmul.cuh's plain triple loop
+   (gemm_naive_cpu) run in double precision;
    relative error ||got - ref||_2 / ||ref||_2 must be <= 1e-6
 2) determinism: results with 1, 2 and 3 OpenMP threads must be bit-identical (memcmp),
    and so must GEMMs called from inside a parallel region
@@ -48,21 +49,19 @@ static void check(const char* what, const float* got, const double* ref, size_t 
     printf("  %-22s rel err %.2e %s\n", what, rel, ok ? "ok" : "FAIL");
 }
 
-// reference: C (M, N) = C0 + op(A) @ op(B) in double, with the strides of gemm_cpu
+// the floats of a (rows, cols) matrix with row stride ld, as doubles (up to the last element it uses)
+static std::vector<double> to_double(const float* X, int rows, int cols, int ld) {
+    return std::vector<double>(X, X + (size_t)(rows - 1) * ld + cols);
+}
+
+// reference: C (M, N) = C0 + op(A) @ op(B) in double, with the strides of gemm_cpu: matmul.cuh's plain
+// triple loop (gemm_naive_cpu) run in double
 static std::vector<double> gemm_ref(const float* C0, const float* A, const float* B, int M, int N, int K,
                                     int lda, int ldb, int ldc, bool transA, bool transB) {
     std::vector<double> C((size_t)M * ldc, 0.0);
-    for (int i = 0; i < M; i++) {
-        for (int j = 0; j < N; j++) {
-            double sum = C0 != nullptr ? C0[(size_t)i * ldc + j] : 0.0;
-            for (int p = 0; p < K; p++) {
-                double a = transA ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p];
-                double b = transB ? B[(size_t)j * ldb + p] : B[(size_t)p * ldb + j];
-                sum += a * b;
-            }
-            C[(size_t)i * ldc + j] = sum;
-        }
-    }
+    if (C0 != nullptr) { C.assign(C0, C0 + C.size()); }
+    std::vector<double> a = to_double(A, transA ? K : M, transA ? M : K, lda), b = to_double(B, transB ? N : K, transB ? K : N, ldb);
+    gemm_naive_cpu(C.data(), a.data(), b.data(), M, N, K, lda, ldb, ldc, transA, transB, C0 != nullptr);
     return C;
 }
 

@@ -1,5 +1,5 @@
 // elementwise_check.cu: the CUDA elementwise ops (norm, rotary, mlp, residual, embedding headers) against
-// their CPU twins (issue #6). Build and run (from the repository root, on a GPU machine):
+// their CPU twins. Build and run (from the repository root, on a GPU machine):
 //   nvcc -arch=sm_90 -O3 -std=c++17 -Xcompiler -Wall,-Wextra,-fopenmp -Werror all-warnings -I. dev/cuda/elementwise_check.cu -o /tmp/elementwise_check && /tmp/elementwise_check
 // Flags: --reps N (timed repeats, default 20), --time 0|1 (timing on/off), --tol-scale X (multiplies every
 // tolerance; for experiments only).

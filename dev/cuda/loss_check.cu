@@ -1,4 +1,4 @@
-// loss_check.cu: the fused softcap + cross-entropy kernels of loss.cuh against their CPU twins (issue #6).
+// loss_check.cu: the fused softcap + cross-entropy kernels of loss.cuh against their CPU twins.
 // Build and run (from the repository root, on a GPU machine):
 //   nvcc -arch=sm_90 -O3 -std=c++17 -Xcompiler -Wall,-Wextra,-fopenmp,-march=native,-Wno-unused-function -Werror all-warnings -I. dev/cuda/loss_check.cu -o /tmp/loss_check -lgomp && /tmp/loss_check
 //

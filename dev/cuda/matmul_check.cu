@@ -1,4 +1,4 @@
-// matmul_check.cu: the cuBLASLt matmuls of matmul.cuh against their CPU twins (issue #6).
+// matmul_check.cu: the cuBLASLt matmuls of matmul.cuh against their CPU twins.
 // Build and run (from the repository root, on a GPU machine):
 //   nvcc -arch=sm_90 -O3 -std=c++17 -Xcompiler -Wall,-Wextra,-fopenmp,-march=native,-Wno-unused-function -Werror all-warnings -I. dev/cuda/matmul_check.cu -o /tmp/matmul_check -lcublasLt -lgomp && /tmp/matmul_check
 // (-Wno-unused-function: common.h's static helpers are unused here, as in the Makefile's LIBFLAGS; -march=native:

@@ -1,4 +1,4 @@
-// optim_check.cu: AdamW (adamw.cuh) and Muon (muon.cuh) on the GPU against their CPU twins (issue #6).
+// optim_check.cu: AdamW (adamw.cuh) and Muon (muon.cuh) on the GPU against their CPU twins.
 // Build and run (from the repository root, on a GPU machine):
 //   nvcc -arch=sm_90 -O3 -std=c++17 -Xcompiler -Wall,-Wextra,-fopenmp,-march=native,-Wno-unused-function -Werror all-warnings -I. dev/cuda/optim_check.cu -o /tmp/optim_check -lcublasLt -lgomp && /tmp/optim_check
 //

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-Prepare ClimbMix-400B for xsa-train, the way nanochat does (spec/nanochat.md section 4).
+Prepare ClimbMix-400B for xsa-train, the way nanochat does (dev/docs/data.md#where-the-data-comes-from).
 
   1. Download parquet shards of karpathy/climbmix-400b-shuffle: train shards 0..N-1 and the
      validation shard 6542 (or, offline, use the parquet files already in --parquet-dir).
@@ -29,7 +29,7 @@ import urllib.error
 import urllib.request
 
 # -----------------------------------------------------------------------------
-# Constants (spec/nanochat.md 4.1, 4.2)
+# Constants (nanochat's; dev/docs/data.md#where-the-data-comes-from, dev/data/README.md)
 
 BASE_URL = "https://huggingface.co/datasets/karpathy/climbmix-400b-shuffle/resolve/main"
 MAX_SHARD = 6542  # shard_06542 is the validation shard

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-Tokenize a CORE eval bundle (nanochat's format) into task files for xsa-train (spec/nanochat.md 5.2).
+Tokenize a CORE eval bundle (nanochat's format) into task files for xsa-train (dev/docs/evaluation.md#core).
 
   python3 dev/data/core.py --bundle DIR --tokenizer tokenizer.bin --out OUT
   python3 dev/data/core.py --bundle-zip [PATH_OR_URL] --tokenizer tokenizer.bin --out OUT

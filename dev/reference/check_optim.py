@@ -113,7 +113,7 @@ def check_muon_pieces():
 
 
 def _close(x, want):
-    """want: the spec's printed value; tolerance half a unit of its last printed digit."""
+    """want: nanochat's printed value; tolerance half a unit of its last printed digit."""
     if want.startswith("~"):
         return abs(x) < 1e-6
     dec = len(want.split(".")[1]) if "." in want else 0
@@ -123,8 +123,8 @@ def _close(x, want):
 def check_schedules():
     d12 = optim.Hyper(num_iterations=2520, warmup_steps=40, warmdown_ratio=0.65, final_lr_frac=0.05,
                       momentum_warmup_steps=400, wd_muon_peak=0.28)
-    # d24 WD peak unrounded (spec 2.2: 0.28 * sqrt(2) * D_REF / target_tokens, the ratio cancels) = 0.0597384;
-    # the rounded 0.059738 gives 0.0434112 at it 1950 instead of the spec's 0.043412
+    # d24 WD peak unrounded (dev/docs/optim.md#learning-rate-scaling: 0.28 * sqrt(2) * D_REF / target_tokens,
+    # the ratio cancels) = 0.0597384; the rounded 0.059738 gives 0.0434112 at it 1950, not nanochat's 0.043412
     d24 = optim.Hyper(num_iterations=5568, warmup_steps=40, warmdown_ratio=0.65, final_lr_frac=0.05,
                       momentum_warmup_steps=400, wd_muon_peak=0.28 * math.sqrt(2) * 1321210944 / 8757727488)
     table = [(d12, 0, "0.025", "0.85", "0.28"), (d12, 883, "0.99942", "0.969957", "0.203403"),
@@ -138,7 +138,7 @@ def check_schedules():
     edges = (optim.warmdown_iters(d12) == 1638 and optim.warmdown_iters(d24) == 3619
              and optim.lr_multiplier(882, d12) == 1.0 and optim.lr_multiplier(39, d12) == 1.0
              and optim.muon_momentum(881, d12) == 0.97 and optim.muon_momentum(882, d12) == 0.97)
-    check("schedules: spec 2.3 sanity values for d12 and the d24 speedrun, plateau edges", not bad and edges,
+    check("schedules: sanity values (dev/docs/optim.md) for d12 and the d24 speedrun, plateau edges", not bad and edges,
           "; ".join(bad))
     # the tiny schedule of the trajectory files
     h = R.BASE

@@ -44,7 +44,8 @@ def check_xsa_op():
     check("xsa op: alpha=1 gives z.v ~ 0 (random y, v, GQA)", zv < 1e-6 and exact < 1e-6,
           f"max |z.v| / (|y||v|) = {zv:.1e}; z.v vs the exact eps residue (y.v) eps/(v.v+eps): rel {exact:.1e}")
     check("xsa op: alpha=0 returns y bit-identically", torch.equal(M.xsa(y, v, 0.0), y))
-    # spec/xsa.md analytic backward vs autograd, incl. the GQA sum over query heads sharing a kv head
+    # the analytic backward (dev/docs/model.md#xsa-backward) vs autograd, incl. the GQA sum over query heads
+    # sharing a kv head
     alpha = 0.6
     yy, vv = y.clone().requires_grad_(), v.clone().requires_grad_()
     gz = torch.randn(B, T, H, D, generator=g, dtype=torch.float64)
@@ -55,8 +56,8 @@ def check_xsa_op():
     dy = gz - alpha * (u / n) * vs
     dv_h = -alpha * ((u / n) * y + p * gz - 2 * p * (u / n) * vs)
     dv = dv_h.view(B, T, Hkv, H // Hkv, D).sum(3)
-    check("xsa op: spec backward formula == autograd (dL/dy)", rel(yy.grad, dy) < 1e-13, f"{rel(yy.grad, dy):.1e}")
-    check("xsa op: spec backward formula == autograd (dL/dv, GQA-summed)", rel(vv.grad, dv) < 1e-13,
+    check("xsa op: analytic backward formula == autograd (dL/dy)", rel(yy.grad, dy) < 1e-13, f"{rel(yy.grad, dy):.1e}")
+    check("xsa op: analytic backward formula == autograd (dL/dv, GQA-summed)", rel(vv.grad, dv) < 1e-13,
           f"{rel(vv.grad, dv):.1e}")
     ok = torch.autograd.gradcheck(lambda a, b: M.xsa(a, b, alpha), (y.clone().requires_grad_(),
                                   v.clone().requires_grad_()), eps=1e-6, atol=1e-8, rtol=1e-6)

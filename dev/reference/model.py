@@ -1,8 +1,9 @@
 """
-Independent PyTorch reference of the xsa-train model: nanochat's GPT (spec/nanochat.md 1.2-1.7)
-with parameterized Exclusive Self-Attention (spec/xsa.md) after attention, before c_proj.
+Independent PyTorch reference of the xsa-train model: nanochat's GPT (dev/docs/model.md) with
+parameterized Exclusive Self-Attention (dev/docs/model.md#xsa) after attention, before c_proj.
 
-Written from the spec only, using autograd for every gradient. Deliberate choices for this project:
+Written from a description of nanochat and XSA only (never from the C++ code), using autograd for
+every gradient. Deliberate choices for this project:
   * one dtype for everything (float64 for reference files, float32 for benchmarks); bf16 only in the
     noise-floor estimate (set_bf16_storage), which rounds what the CUDA backend stores in bf16;
   * RMSNorm without weight, eps = float32 machine epsilon (1.1920929e-07), x * rsqrt(mean(x^2) + eps);
@@ -164,7 +165,7 @@ def _cos(a, b):
 
 
 def similarity_diagnostics(q, k, v, y, z, w):
-    """One layer's attention-similarity statistics (spec/xsa.md, "Diagnostics the study reports"), in float64,
+    """One layer's attention-similarity statistics (dev/docs/model.md#xsa-diagnostics), in float64,
     from what attention and XSA saw: q (B, T, H, D), k/v (B, T, Hkv, D), y/z (B, T, H, D) before/after XSA,
     window w. Means over batch, heads and positions t >= 1 (at t = 0 the only key is the token itself, y = v):
     cos(y, v) and cos(z, v) with the token's own value, and the softmax weight a query puts on its own key.

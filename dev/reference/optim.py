@@ -1,18 +1,20 @@
 """
-Independent PyTorch reference of nanochat's optimizers (spec/nanochat.md 2.3 and 3.1-3.3), written from the
-spec only: Muon (Polar Express, optional MuonEq / Muon+, NorMuon, cautious weight decay) for every block matrix
-plus AdamW for the rest ("muon" mode), or AdamW for everything ("adamw" mode).
+Independent PyTorch reference of nanochat's optimizers (dev/docs/optim.md), written from a description of
+nanochat only (never from the C++ code): Muon (Polar Express, optional MuonEq / Muon+, NorMuon, cautious
+weight decay) for every block matrix plus AdamW for the rest ("muon" mode), or AdamW for everything
+("adamw" mode).
 
 Everything runs in the parameters' dtype (float64 for the reference truth, float32 to measure the fp32 floor);
 there are no bf16 casts anywhere. Hyperparameters are explicit inputs (`Hyper`), not derived from the model
-size, so that a trajectory file can carry them. Single process: no sharding (3.4 does not change the math).
+size, so that a trajectory file can carry them. Single process: no sharding (nanochat's sharding of the
+optimizer over ranks does not change the math).
 """
 import math
 from dataclasses import dataclass
 
 import torch
 
-# Polar Express coefficient triples (a, b, c), spec 3.3 step 5 (Amsel et al. 2505.16932, 5 iterations).
+# Polar Express coefficient triples (a, b, c), dev/docs/optim.md#polar-express (Amsel et al. 2505.16932, 5 iterations).
 POLAR_EXPRESS_COEFFS = [
     (8.156554524902461, -22.48329292557795, 15.878769915207462),
     (4.042929935166739, -2.808917465908714, 0.5000178451051316),
@@ -29,8 +31,8 @@ MATRIX_ADAMW_BETAS = (0.9, 0.95)  # "adamw" mode: block matrices
 @dataclass
 class Hyper:
     optimizer: str = "muon"          # "muon" (Muon + AdamW) or "adamw" (AdamW only)
-    muon_eq: bool = True             # MuonEq row equilibration (3.3 step 3; HEAD only)
-    muon_plus: bool = True           # Muon+ renormalisation (3.3 step 6; HEAD only)
+    muon_eq: bool = True             # MuonEq row equilibration (dev/docs/optim.md#muon, step 2; nanochat HEAD only)
+    muon_plus: bool = True           # Muon+ renormalisation (dev/docs/optim.md#muon, step 5; nanochat HEAD only)
     num_iterations: int = 6          # N
     warmup_steps: int = 2
     warmdown_ratio: float = 0.5
@@ -49,7 +51,7 @@ class Hyper:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Schedules (spec 2.3), indexed by the optimizer step it = 0..N-1
+# Schedules (dev/docs/optim.md#schedules), indexed by the optimizer step it = 0..N-1
 
 def warmdown_iters(h):
     return round(h.warmdown_ratio * h.num_iterations)  # Python round: half to even
@@ -83,7 +85,7 @@ def muon_weight_decay(it, h):
 # Per-parameter updates. All operate in place on p (a tensor, not requiring grad) and a state dict.
 
 def adamw_update(p, g, state, lr, beta1, beta2, eps, wd):
-    """spec 3.2. state: {'t', 'm', 'v'} (created on first call)."""
+    """dev/docs/optim.md#adamw. state: {'t', 'm', 'v'} (created on first call)."""
     if not state:
         state.update(t=0, m=torch.zeros_like(p), v=torch.zeros_like(p))
     state["t"] += 1
@@ -113,7 +115,7 @@ def polar_express(X, steps=5):
 
 
 def muon_direction(g, state, momentum, muon_eq, muon_plus, beta2=MUON_BETA2):
-    """spec 3.3 steps 1-7: the orthogonalised, variance-reduced update O for one (m, n) matrix gradient g.
+    """dev/docs/optim.md#muon steps 1-6: the orthogonalised, variance-reduced update O for one (m, n) matrix gradient g.
     state: {'M' momentum buffer (m, n), 'S' NorMuon second moment (m, 1) if m >= n else (1, n)}."""
     m, n = g.shape
     red = 1 if m >= n else 0  # per row (reduce over columns) if m >= n, else per column
@@ -145,7 +147,7 @@ def muon_direction(g, state, momentum, muon_eq, muon_plus, beta2=MUON_BETA2):
 
 
 def muon_update(p, g, state, lr, momentum, wd, muon_eq, muon_plus, beta2=MUON_BETA2, perturb=None):
-    """spec 3.3: direction, shape lr scale (step 8), cautious weight decay + update (step 9).
+    """dev/docs/optim.md#muon: direction, then step 7: shape lr scale, cautious weight decay + update.
     perturb: optional function applied to the direction O (noise-injection diagnostics only).
     Returns (O, mask, lr_eff * wd * |P|) for diagnostics (the last: what a flip of each mask element costs)."""
     O = muon_direction(g, state, momentum, muon_eq, muon_plus, beta2)
@@ -160,7 +162,7 @@ def muon_update(p, g, state, lr, momentum, wd, muon_eq, muon_plus, beta2=MUON_BE
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Parameter groups (spec 3.1) and the combined optimizer
+# Parameter groups (dev/docs/optim.md#parameter-groups) and the combined optimizer
 
 def param_groups(model, h):
     """List of groups {kind, name, params: [(name, p)], lr, betas, wd} in nanochat's order. In "muon" mode

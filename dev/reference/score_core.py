@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """
 Score CORE task files (written by dev/data/core.py) with the PyTorch reference model, as nanochat's
-core_eval.py scores them (spec/nanochat.md 5.2), in float64.
+core_eval.py scores them (dev/docs/evaluation.md#scoring), in float64.
 
     /usr/bin/python3 dev/reference/score_core.py --weights MODEL.safetensors [--tasks dev/data/core_tasks]
         [--out scores.json] [--max-per-task K]

@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""The test runner of `make test` and `make test-all`: runs the suites one after the other, prints one
+PASS / FAIL / SKIP line per check as it goes, then a subtotal per suite and one final line,
+`N passed, N failed` (`, N skipped` added when some were). Exits 1 if any check failed.
+
+    python3 dev/test/run_tests.py [--compile CMD] [--cuda BIN] [--emu "TARGET ..."] [--no-python] [--cpp BIN]
+
+Suites, in this order:
+  * --compile CMD: a shell command that builds the CUDA targets (make test-all: make cuda_targets); 1 check
+  * the C++ suite, ./test_xsa_cpu (or --cpp BIN): its own "N passed, N failed" line
+  * every Python suite dev/**/test_*.py (unittest): one check per test, or per subtest where a test has them;
+    run with this interpreter, so `PYTHON=... make test` picks which one
+  * --cuda BIN: the CUDA suite, ./test_xsa_cuda on a GPU: its "N passed, N failed" line
+  * --emu "TARGET ...": dev/cuda/emu/run.sh TARGET ... (the CUDA code on the CPU emulator): one check per target
+A suite that crashes or exits non-zero without a failed check counts as one failed check.
+
+OMP_WAIT_POLICY=passive unless set: with OpenMP's default spinning, a test binary whose threads share
+the cores with another busy process runs 30x slower (the C++ suite: 150 s instead of 5 s on 2 cores).
+
+Standard library only.
+"""
+import argparse
+import glob
+import os
+import re
+import subprocess
+import sys
+import time
+import traceback
+import unittest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOTAL_LINE = re.compile(r"^(\d+) passed, (\d+) failed(?:, (\d+) skipped)?\s*$")
+
+
+def total_line(passed, failed, skipped):
+    return "%d passed, %d failed%s" % (passed, failed, ", %d skipped" % skipped if skipped else "")
+
+
+# ----------------------------------------------------------------------------------------------------
+# One Python suite (run in a child process: run_tests.py --unittest FILE)
+
+class CountingResult(unittest.TestResult):
+    """Counts checks: a test, or each subtest of a test that has subtests. Prints PASS / FAIL / SKIP lines."""
+
+    def __init__(self):
+        super().__init__()
+        self.n_passed = self.n_failed = self.n_skipped = 0  # (TestResult's own .skipped is a list)
+        self.with_subtests = set()
+
+    @staticmethod
+    def name(test):
+        if isinstance(test, unittest.TestCase):
+            doc = test.shortDescription()
+            return doc if doc else test.id()
+        return str(test)  # the holder of a setUpClass / module set-up error
+
+    @staticmethod
+    def detail(test, err):
+        exc_type, exc, tb = err
+        if isinstance(exc, AssertionError):
+            text = str(exc)
+        else:
+            text = "".join(traceback.format_exception(exc_type, exc, tb)).rstrip()
+        return "\n".join("     " + line for line in text.split("\n"))
+
+    def report(self, verdict, name, detail=None):
+        print("%s %s" % (verdict, name))
+        if detail:
+            print(detail)
+        sys.stdout.flush()
+
+    def addSuccess(self, test):
+        super().addSuccess(test)
+        if test.id() not in self.with_subtests:  # else its checks were its subtests
+            self.n_passed += 1
+            self.report("PASS", self.name(test))
+
+    def addSubTest(self, test, subtest, err):
+        super().addSubTest(test, subtest, err)
+        self.with_subtests.add(test.id())
+        message = getattr(subtest, "_message", None)
+        name = message if isinstance(message, str) else str(subtest)
+        if err is None:
+            self.n_passed += 1
+            self.report("PASS", name)
+        else:
+            self.n_failed += 1
+            self.report("FAIL", name, self.detail(test, err))
+
+    def addFailure(self, test, err):
+        super().addFailure(test, err)
+        self.n_failed += 1
+        self.report("FAIL", self.name(test), self.detail(test, err))
+
+    def addError(self, test, err):
+        super().addError(test, err)
+        self.n_failed += 1
+        self.report("FAIL", self.name(test), self.detail(test, err))
+
+    def addSkip(self, test, reason):
+        super().addSkip(test, reason)
+        self.n_skipped += 1
+        self.report("SKIP", "%s: %s" % (self.name(test), reason))
+
+    def addUnexpectedSuccess(self, test):
+        super().addUnexpectedSuccess(test)
+        self.n_failed += 1
+        self.report("FAIL", "%s: passed, but is marked as an expected failure" % self.name(test))
+
+
+def run_unittest_file(path):
+    """Loads the unittest module at path and runs its tests; prints the checks and the total line."""
+    import importlib.util
+    os.chdir(REPO)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    result = CountingResult()
+    try:
+        name = os.path.splitext(os.path.basename(path))[0]
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        suite = unittest.defaultTestLoader.loadTestsFromModule(module)
+    except Exception:  # the module does not load: one failed check
+        result.n_failed += 1
+        result.report("FAIL", "%s does not load" % path, "".join(traceback.format_exc()).rstrip())
+    else:
+        suite(result)
+    print(total_line(result.n_passed, result.n_failed, result.n_skipped))
+    return 0 if result.n_failed == 0 else 1
+
+
+# ----------------------------------------------------------------------------------------------------
+# The runner
+
+class Suite:
+    def __init__(self, name):
+        self.name = name
+        self.passed = self.failed = self.skipped = 0
+        self.seconds = 0.0
+        self.note = ""
+
+
+def stream(argv, shell=False, env=None):
+    """Runs a command in the repository root, its stdout and stderr printed as they come; returns
+    (exit code, the lines)."""
+    lines = []
+    try:
+        p = subprocess.Popen(argv, cwd=REPO, shell=shell, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT)
+    except OSError as e:
+        print("cannot run %s: %s" % (argv if shell else argv[0], e.strerror))
+        return 127, lines
+    for raw in p.stdout:
+        line = raw.decode("utf-8", "replace").rstrip("\n")
+        lines.append(line)
+        print(line)
+        sys.stdout.flush()
+    return p.wait(), lines
+
+
+def counted_suite(suite, argv, env=None):
+    """A suite that ends with its own "N passed, N failed[, N skipped]" line (test_xsa, the Python suites)."""
+    code, lines = stream(argv, env=env)
+    totals = [m for m in (TOTAL_LINE.match(line) for line in lines) if m]
+    if totals:
+        m = totals[-1]
+        suite.passed, suite.failed, suite.skipped = int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+    else:  # it stopped before its total line: the checks it printed, and the crash below
+        suite.passed = sum(line.startswith("PASS ") for line in lines)
+        suite.failed = sum(line.startswith("FAIL ") for line in lines)
+    if code != 0 and suite.failed == 0:  # a crash, or an exit code the checks do not explain
+        suite.failed += 1
+        suite.note = "exited with code %d%s" % (code, "" if totals else " before its total line")
+        print("FAIL %s %s" % (suite.name, suite.note))
+
+
+def compile_suite(suite, command):
+    code, _ = stream(command, shell=True)
+    ok = code == 0
+    suite.passed, suite.failed = int(ok), int(not ok)
+    print("%s every CUDA target compiles (%s)%s" % ("PASS" if ok else "FAIL", command, "" if ok else ": exit %d" % code))
+
+
+def emu_suite(suite, targets):
+    """dev/cuda/emu/run.sh: one check per target, from its closing summary ("NAME PASS|FAIL ...")."""
+    code, lines = stream(["dev/cuda/emu/run.sh"] + targets)
+    verdicts = {}
+    if "== emu summary" in "\n".join(lines):
+        for line in lines[max(i for i, l in enumerate(lines) if l.startswith("== emu summary")) + 1:]:
+            m = re.match(r"^(\S+)\s+(PASS|FAIL)\s", line)
+            if m:
+                verdicts[m.group(1)] = m.group(2)
+    for t in targets:
+        ok = verdicts.get(t) == "PASS"
+        suite.passed += ok
+        suite.failed += not ok
+        print("%s emulator target %s%s" % ("PASS" if ok else "FAIL", t, "" if t in verdicts else " (no result: run.sh exited %d)" % code))
+    if code != 0 and suite.failed == 0:
+        suite.failed += 1
+        suite.note = "run.sh exited with code %d" % code
+        print("FAIL %s %s" % (suite.name, suite.note))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--unittest", metavar="FILE", help=argparse.SUPPRESS)  # internal: one Python suite
+    ap.add_argument("--cpp", default="./test_xsa_cpu", help="the C++ suite (default ./test_xsa_cpu); '' leaves it out")
+    ap.add_argument("--no-python", action="store_true", help="leave out the Python suites")
+    ap.add_argument("--compile", metavar="CMD", help="shell command that compiles the CUDA targets, counted as one check")
+    ap.add_argument("--cuda", metavar="BIN", help="the CUDA suite binary (./test_xsa_cuda), on a GPU machine")
+    ap.add_argument("--emu", metavar="TARGETS", help="emulator targets of dev/cuda/emu/run.sh, space-separated")
+    args = ap.parse_args()
+    if args.unittest:
+        return run_unittest_file(args.unittest)
+
+    sys.stdout.reconfigure(line_buffering=True) if hasattr(sys.stdout, "reconfigure") else None
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # for every suite (see above)
+    suites = []
+
+    def start(name):
+        suite = Suite(name)
+        suites.append(suite)
+        print("== %s" % name)
+        return suite, time.time()
+
+    if args.compile:
+        suite, t0 = start("CUDA targets compile")
+        compile_suite(suite, args.compile)
+        suite.seconds = time.time() - t0
+    if args.cpp:
+        suite, t0 = start("C++ suite %s" % args.cpp)
+        counted_suite(suite, [args.cpp])
+        suite.seconds = time.time() - t0
+    if not args.no_python:
+        files = sorted(glob.glob(os.path.join(REPO, "dev", "**", "test_*.py"), recursive=True))
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1")  # no __pycache__ in the tree
+        for path in files:
+            rel = os.path.relpath(path, REPO)
+            suite, t0 = start(rel)
+            counted_suite(suite, [sys.executable, os.path.abspath(__file__), "--unittest", path], env=env)
+            suite.seconds = time.time() - t0
+    if args.cuda:
+        suite, t0 = start("CUDA suite %s" % args.cuda)
+        counted_suite(suite, [args.cuda])
+        suite.seconds = time.time() - t0
+    if args.emu:
+        suite, t0 = start("CUDA emulator: %s" % args.emu)
+        emu_suite(suite, args.emu.split())
+        suite.seconds = time.time() - t0
+
+    passed, failed, skipped = (sum(getattr(s, k) for s in suites) for k in ("passed", "failed", "skipped"))
+    print("== summary")
+    width = max(len(s.name) for s in suites) if suites else 0
+    for s in suites:
+        print("%-*s  %-32s %6.1f s%s" % (width, s.name, total_line(s.passed, s.failed, s.skipped), s.seconds,
+                                         "  (" + s.note + ")" if s.note else ""))
+    if skipped:
+        print("skipped: see the SKIP lines above (the data packages: python3 -m pip install -r dev/data/requirements.txt)")
+    print(total_line(passed, failed, skipped))
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Helpers shared by the Python test suites (dev/test/test_e2e.py, dev/test_compare_runs.py,
+dev/data/test_climbmix.py, dev/data/test_core.py). Standard library only.
+
+The suites run the binaries and scripts from the repository root, each test in its own temporary
+directory; run them all with `make test` (dev/test/run_tests.py), or one with `python3 FILE`.
+"""
+import importlib
+import os
+import subprocess
+import sys
+import unittest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REQUIREMENTS = "python3 -m pip install -r dev/data/requirements.txt"
+
+
+def run(argv, want_stdout=True, stdin=subprocess.DEVNULL):
+    """Runs argv in the repository root: (exit code, stdout and stderr together), or (exit code, stderr
+    alone) with want_stdout=False. A program that cannot start fails the test with its reason."""
+    try:
+        p = subprocess.run(argv, cwd=REPO, stdin=stdin, stdout=subprocess.PIPE if want_stdout else subprocess.DEVNULL,
+                           stderr=subprocess.STDOUT if want_stdout else subprocess.PIPE)
+    except OSError as e:
+        raise AssertionError("cannot run %s: %s (build it with make)" % (argv[0], e.strerror))
+    out = p.stdout if want_stdout else p.stderr
+    return p.returncode, out.decode("utf-8", "replace")
+
+
+def binary(name):
+    """./NAME in the repository root; fails the test if it is not built."""
+    path = os.path.join(REPO, name)
+    if not os.access(path, os.X_OK):
+        raise AssertionError("%s is not built: run `make %s` (make test builds it)" % (name, name))
+    return path
+
+
+def read(path):
+    """A file's bytes, or b"" if it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def check_one_error(test, argv, expect, what=None, anywhere=False):
+    """The program must exit with code 1 and print exactly one line on stderr: "error: ...", containing
+    `expect` ("...error: ..." with anywhere=True). Checked as a subtest of `test`, named after the command."""
+    what = what or " ".join(os.path.basename(a) if i == 0 else (a if a else "''") for i, a in enumerate(argv))
+    with test.subTest("%s -> exit 1, one line '%serror: ...%s...'" % (what, "..." if anywhere else "", expect)):
+        code, err = run(argv, want_stdout=False)
+        lines = err.count("\n")
+        text = err.rstrip("\n")
+        ok = code == 1 and lines == 1 and ("error:" in text if anywhere else text.startswith("error: ")) and expect in text
+        test.assertTrue(ok, "exit %d, %d line(s): %s\n     expected exit 1 and one line containing '%s'" %
+                        (code, lines, text or "(nothing)", expect))
+
+
+def in_ci():
+    """CI services set CI (GitHub Actions, GitLab: CI=true); .ci/run does too."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def needs_packages(*names):
+    """Class decorator for tests that need the data packages of dev/data/requirements.txt: when one cannot
+    be imported, the tests are skipped with the command that installs them, except in CI (the environment
+    variable CI set), where they must run: there every test of the class fails with that command."""
+    missing = []
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    reason = "needs %s (not importable by %s): %s" % (", ".join(missing), sys.executable, REQUIREMENTS)
+
+    def decorate(cls):
+        if not missing:
+            return cls
+        if not in_ci():
+            return unittest.skip(reason)(cls)
+
+        def failing(test):
+            def fail(self):
+                self.fail("CI is set, so these tests must run; " + reason)
+            fail.__doc__ = test.__doc__
+            return fail
+        cls.setUpClass = cls.tearDownClass = classmethod(lambda c: None)
+        for name in unittest.defaultTestLoader.getTestCaseNames(cls):
+            setattr(cls, name, failing(getattr(cls, name)))
+        return cls
+    return decorate
