@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # dev/gpu_check.sh: the one script a GPU session runs, within 10 minutes on an H100/H200:
 #   1. build every CUDA target (warnings are errors)
-#   2. what `make test` runs on a GPU machine: the CUDA suite (test_xsa.cu built with nvcc: the PyTorch
+#   2. what `make test-all` runs on a GPU machine: the CUDA suite (test_xsa.cu built with nvcc: the PyTorch
 #      references, identities, graphs, the CUDA trainer against the CPU one), then the CPU suite
 #   3. the kernel harnesses: each CUDA op against its CPU twin on random inputs, with timings
 #   4. compute-sanitizer memcheck on a tiny training run; a tiny run on 2 ranks (NCCL) if 2 GPUs are present
