@@ -31,7 +31,7 @@ CUDA_CHECKS = $(patsubst dev/cuda/%.cu,dev/cuda/bin/%,$(wildcard dev/cuda/*_chec
 # the Python that runs the tests (e.g. PYTHON=python3.12 make test); its packages decide what is skipped
 PYTHON ?= python3
 
-.PHONY: all test test-all test_cuda cuda_targets bench clean train_gpt emu_test
+.PHONY: all test test-all test_cuda cuda_targets bench clean train_gpt emu_test fuzz fuzz-build fuzz-seeds test-sanitize
 
 all: train_gpt_cpu eval_core test_xsa_cpu
 
@@ -99,7 +99,7 @@ bench: dev/bench/bench_fwdbwd
 
 clean:
 	rm -rf train_gpt train_gpt_cpu train_gpt_cuda eval_core eval_core_cuda test_xsa_cpu test_xsa_cuda \
-	       dev/bench/bench_fwdbwd dev/bench/bench_fwdbwd_cuda dev/cuda/bin
+	       dev/bench/bench_fwdbwd dev/bench/bench_fwdbwd_cuda dev/cuda/bin dev/fuzz/bin dev/fuzz/artifacts build/sanitize
 
 # The CUDA code on the CPU emulator (dev/cuda/emu/README.md), no GPU needed: the emulator's self-test and
 # the quickest kernel harnesses, about 5 minutes on two cores (selftest 20 s, loss 65 s, elementwise 185 s,
@@ -108,3 +108,61 @@ clean:
 EMU_TEST_TARGETS = selftest loss elementwise matmul
 emu_test:
 	dev/cuda/emu/run.sh $(EMU_TEST_TARGETS)
+
+# ----------------------------------------------------------------------------------------------------
+# Fuzzing (dev/fuzz/README.md): one libFuzzer harness per parser of an input file (token shard, tokenizer,
+# safetensors, checkpoint metadata + load_checkpoint, data-loader state, CORE task file), built with clang,
+# ASan and UBSan and -DXSA_FUZZ (fail() throws, so a rejected input is not a crash). make fuzz runs each
+# for FUZZ_SECONDS (default 60) on its seeds (dev/fuzz/corpus/) and fails on any finding, printing per
+# harness the executions per second and libFuzzer's cov:/ft: numbers. Needs clang with compiler-rt and
+# libomp (Debian: apt-get install clang libomp-dev). CI: FUZZ_SECONDS=60 (6 harnesses, ~7 min with builds).
+FUZZ_CXX ?= clang++
+FUZZ_SECONDS ?= 60
+FUZZ_CXXFLAGS = -std=c++17 -g -O1 -DXSA_FUZZ -I. -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+                -Wall -Wextra -Wno-unused-function
+FUZZ_BINS = $(patsubst dev/fuzz/%.cpp,dev/fuzz/bin/%,$(wildcard dev/fuzz/fuzz_*.cpp))
+
+dev/fuzz/bin/fuzz_checkpoint: FUZZ_EXTRA = -fopenmp  # it includes train_gpt.cu, which calls OpenMP
+dev/fuzz/bin/%: dev/fuzz/%.cpp dev/fuzz/fuzz_util.h train_gpt.cu $(HEADERS)
+	@mkdir -p dev/fuzz/bin
+	$(FUZZ_CXX) $(FUZZ_CXXFLAGS) $(FUZZ_EXTRA) $< -o $@
+
+fuzz-build: $(FUZZ_BINS)
+
+fuzz: fuzz-build
+	$(PYTHON) dev/fuzz/run_fuzz.py --seconds $(FUZZ_SECONDS)
+
+# rewrites the committed seed corpus dev/fuzz/corpus/ (after a file format changes)
+fuzz-seeds: fuzz-build
+	$(PYTHON) dev/fuzz/make_seeds.py
+
+# ----------------------------------------------------------------------------------------------------
+# The C++ suite and the binaries' end-to-end tests (dev/test/test_*.py) on builds with AddressSanitizer
+# and UndefinedBehaviorSanitizer (any report is fatal), in build/sanitize/ so that the normal binaries stay
+# as they are. The tests find the binaries through XSA_BIN_DIR; every report also goes to
+# build/sanitize/reports/, which must stay empty (one more check). Ends with "N passed, N failed".
+SAN_DIR = build/sanitize
+SANFLAGS = -O2 -g -march=native -std=c++17 -Wall -Wextra -Werror -fno-omit-frame-pointer \
+           -fsanitize=address,undefined -fno-sanitize-recover=undefined
+SAN_BINS = $(SAN_DIR)/train_gpt_cpu $(SAN_DIR)/eval_core $(SAN_DIR)/test_xsa_cpu
+# exitcode 86: a report is never mistaken for a rejected input (exit 1); leaks are not checked (fail()
+# exits with live allocations by design, and libgomp keeps its own)
+SAN_ENV = XSA_BIN_DIR=$(SAN_DIR) \
+          ASAN_OPTIONS=detect_leaks=0:exitcode=86:log_path=$(CURDIR)/$(SAN_DIR)/reports/asan \
+          UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=86:log_path=$(CURDIR)/$(SAN_DIR)/reports/ubsan
+
+$(SAN_DIR)/train_gpt_cpu: train_gpt.cu $(HEADERS)
+	@mkdir -p $(SAN_DIR)
+	$(CXX) $(SANFLAGS) $(OMPFLAGS) -x c++ train_gpt.cu -o $@
+
+$(SAN_DIR)/eval_core: eval_core.cpp train_gpt.cu $(HEADERS)
+	@mkdir -p $(SAN_DIR)
+	$(CXX) $(SANFLAGS) $(LIBFLAGS) $(OMPFLAGS) eval_core.cpp -o $@
+
+$(SAN_DIR)/test_xsa_cpu: test_xsa.cu train_gpt.cu $(HEADERS)
+	@mkdir -p $(SAN_DIR)
+	$(CXX) $(SANFLAGS) $(LIBFLAGS) $(OMPFLAGS) -x c++ test_xsa.cu -o $@
+
+test-sanitize: $(SAN_BINS)
+	rm -rf $(SAN_DIR)/reports && mkdir -p $(SAN_DIR)/reports
+	$(SAN_ENV) $(PYTHON) dev/test/run_tests.py --cpp $(SAN_DIR)/test_xsa_cpu --python 'dev/test/test_*.py' --sanitizer-logs $(SAN_DIR)/reports

@@ -17,6 +17,7 @@
 
 #include <fcntl.h>
 #include <glob.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -26,6 +27,7 @@
 
 static const int SHARD_MAGIC = 20240520;
 static const int SHARD_HEADER_INTS = 256;
+static const uint64_t SHARD_HEADER_BYTES = SHARD_HEADER_INTS * sizeof(int32_t);
 
 struct Shard {
     std::string path;
@@ -33,11 +35,90 @@ struct Shard {
     uint64_t ntokens = 0;
     void* map = nullptr;      // the whole file, memory-mapped read-only
     size_t map_bytes = 0;
+    dev_t dev = 0;            // the file that was mapped, to notice it changing under the run (shard_check)
+    ino_t ino = 0;
+    struct timespec mtime = {};
     uint32_t token(uint64_t i) const {
-        const uint8_t* data = (const uint8_t*)map + SHARD_HEADER_INTS * sizeof(int32_t);
+        const uint8_t* data = (const uint8_t*)map + SHARD_HEADER_BYTES;
         return version == 1 ? ((const uint16_t*)data)[i] : ((const uint32_t*)data)[i];
     }
 };
+
+// A shard is memory-mapped (shards are large and many; pages are read as the loader reaches them). A file
+// truncated under a mapping turns a read of its lost pages into SIGBUS, so:
+// * shard_open checks the size against the header, and shard_check compares the file with what was
+//   mapped (same inode: same size and modification time) before each chunk of documents is scanned and
+//   before each document is copied into a batch: a shard rewritten or truncated during a run is an error
+//   naming it. (A shard replaced by a new file, e.g. renamed over, leaves the mapping on the old one,
+//   which stays whole.)
+// * a truncation between a check and a read still raises SIGBUS: the handler below names the shard whose
+//   mapping holds the faulting address, as an `error:` line, and exits 1. A SIGBUS anywhere else keeps
+//   its previous action.
+struct ShardMapping {
+    const char* begin;
+    size_t bytes;
+    char* path;  // malloc'ed: read by the signal handler
+};
+static std::vector<ShardMapping>& g_shard_mappings = *new std::vector<ShardMapping>;  // never destroyed: the handler may run during exit
+static struct sigaction g_sigbus_previous;
+
+static inline void sigbus_write(const char* text) {
+    size_t n = strlen(text);
+    while (n > 0) {
+        ssize_t w = write(2, text, n);
+        if (w <= 0) return;
+        text += w;
+        n -= (size_t)w;
+    }
+}
+
+static inline void shard_sigbus_handler(int sig, siginfo_t* info, void* context) {
+    const char* addr = (const char*)info->si_addr;
+    for (const ShardMapping& m : g_shard_mappings) {
+        if (addr >= m.begin && addr < m.begin + m.bytes) {
+            // one line, async-signal-safe: write(2) and _exit only
+            char line[4096] = "error: ";
+            size_t n = strlen(line);
+            const char* parts[] = {g_fail_prefix, "shard '", m.path, "' was truncated while this run read it (a shard must not change during a run)\n"};
+            for (const char* part : parts)
+                for (const char* c = part; *c && n < sizeof line - 2; c++) line[n++] = *c;
+            if (line[n - 1] != '\n') line[n++] = '\n';
+            line[n] = '\0';
+            sigbus_write(line);
+            _exit(1);
+        }
+    }
+    // not ours: the previous action, on the faulting access again
+    sigaction(SIGBUS, &g_sigbus_previous, nullptr);
+    (void)sig;
+    (void)context;
+}
+
+static inline void shard_register(const Shard& s) {
+    static bool installed = false;
+    if (!installed) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = shard_sigbus_handler;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGBUS, &sa, &g_sigbus_previous);
+        installed = true;
+    }
+    char* path = strdup(s.path.c_str());
+    if (!path) fail("out of memory opening shard '%s'", s.path.c_str());
+    g_shard_mappings.push_back({(const char*)s.map, s.map_bytes, path});
+}
+
+static inline void shard_unregister(const Shard& s) {
+    for (size_t i = 0; i < g_shard_mappings.size(); i++)
+        if (g_shard_mappings[i].begin == (const char*)s.map) {
+            char* path = g_shard_mappings[i].path;
+            g_shard_mappings.erase(g_shard_mappings.begin() + i);
+            free(path);
+            return;
+        }
+}
 
 // Maps a shard and checks its header against the file size. Token ids are checked as they are read.
 static inline Shard shard_open(const std::string& path) {
@@ -45,31 +126,58 @@ static inline Shard shard_open(const std::string& path) {
     s.path = path;
     int fd = open(path.c_str(), O_RDONLY);
     if (fd < 0) fail("cannot open shard '%s': %s", path.c_str(), strerror(errno));
+    struct FdCloser {  // closed on every return and every fail() (which throws in the fuzz build)
+        int fd;
+        ~FdCloser() { close(fd); }
+    } closer{fd};
     struct stat st;
     if (fstat(fd, &st) != 0) fail("cannot stat shard '%s': %s", path.c_str(), strerror(errno));
-    s.map_bytes = (size_t)st.st_size;
-    if (s.map_bytes < SHARD_HEADER_INTS * sizeof(int32_t))
-        fail("shard '%s' is truncated: %zu bytes, shorter than its 1024-byte header", path.c_str(), s.map_bytes);
-    s.map = mmap(nullptr, s.map_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (s.map == MAP_FAILED) fail("cannot map shard '%s': %s", path.c_str(), strerror(errno));
-    const int32_t* header = (const int32_t*)s.map;
+    if (!S_ISREG(st.st_mode)) fail("shard '%s' is not a regular file", path.c_str());
+    const uint64_t file_bytes = (uint64_t)st.st_size;
+    if (file_bytes < SHARD_HEADER_BYTES)
+        fail("shard '%s' is truncated: %llu bytes, shorter than its 1024-byte header", path.c_str(), (unsigned long long)file_bytes);
+    int32_t header[SHARD_HEADER_INTS];
+    if (pread(fd, header, SHARD_HEADER_BYTES, 0) != (ssize_t)SHARD_HEADER_BYTES) fail("cannot read shard '%s': %s", path.c_str(), strerror(errno));
     if (header[0] != SHARD_MAGIC) fail("'%s' is not a token shard (magic %d, expected %d)", path.c_str(), header[0], SHARD_MAGIC);
     if (header[1] != 1 && header[1] != 2) fail("shard '%s' has version %d; this build reads 1 (uint16) and 2 (uint32)", path.c_str(), header[1]);
     s.version = header[1];
     s.ntokens = (uint64_t)(uint32_t)header[2] | ((uint64_t)(uint32_t)header[3] << 32);
-    const size_t bytes_per_token = s.version == 1 ? 2 : 4;
-    const uint64_t expected = SHARD_HEADER_INTS * sizeof(int32_t) + s.ntokens * bytes_per_token;
-    if (s.map_bytes != expected)
-        fail("shard '%s' is truncated or corrupt: its header promises %llu tokens (%llu bytes), the file has %zu bytes", path.c_str(),
-             (unsigned long long)s.ntokens, (unsigned long long)expected, s.map_bytes);
+    const uint64_t bytes_per_token = s.version == 1 ? 2 : 4;
+    // compared by division: ntokens * bytes_per_token would wrap for a header claiming 2^63 tokens
+    const uint64_t data_bytes = file_bytes - SHARD_HEADER_BYTES;
+    if (data_bytes % bytes_per_token != 0 || s.ntokens != data_bytes / bytes_per_token)
+        fail("shard '%s' is truncated or corrupt: its header promises %llu tokens of %llu bytes, the file has %llu bytes after its 1024-byte header",
+             path.c_str(), (unsigned long long)s.ntokens, (unsigned long long)bytes_per_token, (unsigned long long)data_bytes);
     if (s.ntokens == 0) fail("shard '%s' holds no tokens", path.c_str());
+    if (file_bytes > (uint64_t)SIZE_MAX) fail("shard '%s' is too large to map", path.c_str());
+    s.map_bytes = (size_t)file_bytes;
+    s.dev = st.st_dev;
+    s.ino = st.st_ino;
+    s.mtime = st.st_mtim;
+    s.map = mmap(nullptr, s.map_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (s.map == MAP_FAILED) {
+        s.map = nullptr;
+        fail("cannot map shard '%s': %s", path.c_str(), strerror(errno));
+    }
+    shard_register(s);
     return s;
 }
 
 static inline void shard_close(Shard* s) {
-    if (s->map) munmap(s->map, s->map_bytes);
+    if (s->map) {
+        shard_unregister(*s);
+        munmap(s->map, s->map_bytes);
+    }
     s->map = nullptr;
+}
+
+// The shard's file must still be the one mapped, unchanged (see above); a stat costs about a microsecond.
+static inline void shard_check(const Shard& s) {
+    struct stat st;
+    if (stat(s.path.c_str(), &st) != 0 || st.st_dev != s.dev || st.st_ino != s.ino) return;  // gone or replaced: the mapping holds the old file
+    if ((uint64_t)st.st_size != s.map_bytes || st.st_mtim.tv_sec != s.mtime.tv_sec || st.st_mtim.tv_nsec != s.mtime.tv_nsec)
+        fail("shard '%s' changed while this run reads it (%zu bytes when opened, now %llu); a shard must not change during a run",
+             s.path.c_str(), s.map_bytes, (unsigned long long)st.st_size);
 }
 
 // The files matching a glob pattern, sorted; none is an error.
@@ -146,6 +254,7 @@ static inline void dataloader_refill(DataLoader* dl) {
         const int shard = dl->shard_idx;
         const int64_t epoch = dl->epoch;
         const bool mine = (int)(chunk % dl->world) == dl->rank;
+        shard_check(dl->shards[shard]);
         int added = 0;
         do {  // the rest of this chunk (a shard's last chunk may be short)
             Document d = dataloader_read_document(dl);
@@ -155,7 +264,9 @@ static inline void dataloader_refill(DataLoader* dl) {
             }
         } while (dl->shard_idx == shard && dl->epoch == epoch && dl->doc_in_shard / dl->chunk_docs == chunk);
         if (added > 0) return;
-        if (dl->epoch > start_epoch + 1) fail("rank %d of %d gets no documents: the shards have too few 128-document chunks", dl->rank, dl->world);
+        if (dl->epoch > start_epoch + 1)
+            fail("rank %d of %d gets no documents: the %zu shard(s) from '%s' have too few %d-document chunks", dl->rank, dl->world,
+                 dl->shards.size(), dl->shards[0].path.c_str(), dl->chunk_docs);
     }
 }
 
@@ -207,6 +318,7 @@ static inline void dataloader_next_batch(DataLoader* dl) {
             dl->buffer.erase(dl->buffer.begin() + pick);
             const int take = best >= 0 ? (int)d.length : remaining;  // no fit: crop the shortest, drop its tail
             const Shard& s = dl->shards[d.shard];
+            shard_check(s);
             for (int i = 0; i < take; i++) dl->row[filled + i] = (int)s.token(d.start + i);
             filled += take;
         }
@@ -226,20 +338,43 @@ static inline std::vector<int64_t> dataloader_state(const DataLoader* dl) {
     return s;
 }
 
+// Restores a state from a checkpoint (`source` names it), checking it against the shards: every index
+// and span in range (without overflow), the stream position at a document's BOS, and every buffered
+// document exactly a document of its shard (BOS first, no BOS inside, ids in the vocabulary, ending at
+// the next BOS or the shard's end), as dataloader_read_document would have produced it.
 static inline void dataloader_restore(DataLoader* dl, const std::vector<int64_t>& s, const char* source) {
-    auto bad = [&]() { fail("%s: the data-loader state does not match these shards (different -i pattern or files?)", source); };
-    if (s.size() < 5) bad();
-    int64_t n = s[4];
-    if (n < 0 || (int64_t)s.size() != 5 + 3 * n) bad();
-    if (s[0] < 0 || s[0] >= (int64_t)dl->shards.size() || s[1] < 0 || (uint64_t)s[1] >= dl->shards[s[0]].ntokens) bad();
+    auto bad = [&](const char* what) {
+        fail("%s: the data-loader state does not match these shards (%s; different -i pattern or files?)", source, what);
+    };
+    if (s.size() < 5) bad("too short");
+    const int64_t n = s[4];
+    if (n < 0 || (uint64_t)n > (s.size() - 5) / 3 || s.size() != 5 + 3 * (size_t)n) bad("wrong length");
+    const int64_t nshards = (int64_t)dl->shards.size();
+    if (s[0] < 0 || s[0] >= nshards) bad("shard index out of range");
+    const Shard& at = dl->shards[s[0]];
+    if (s[1] < 0 || (uint64_t)s[1] >= at.ntokens) bad("position out of range");
+    if (at.token((uint64_t)s[1]) != (uint32_t)dl->bos_id) bad("position not at a document's BOS");
+    if (s[2] < 0 || s[2] > s[1]) bad("document count out of range");  // every document read holds >= 1 token
+    if (s[3] < 1) bad("epoch out of range");
+    std::vector<Document> buffer;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t shard = s[5 + 3 * i], start = s[6 + 3 * i], length = s[7 + 3 * i];
+        if (shard < 0 || shard >= nshards) bad("a buffered document's shard is out of range");
+        const Shard& sh = dl->shards[shard];
+        if (start < 0 || (uint64_t)start >= sh.ntokens || length < 1 || (uint64_t)length > sh.ntokens - (uint64_t)start ||
+            length > 0xFFFFFFFFll)
+            bad("a buffered document's span is out of range");
+        const uint64_t b = (uint64_t)start, e = b + (uint64_t)length;
+        if (sh.token(b) != (uint32_t)dl->bos_id || (e < sh.ntokens && sh.token(e) != (uint32_t)dl->bos_id)) bad("a buffered document is not a document");
+        for (uint64_t t = b + 1; t < e; t++) {
+            const uint32_t id = sh.token(t);
+            if (id == (uint32_t)dl->bos_id || id >= (uint32_t)dl->vocab_size) bad("a buffered document is not a document");
+        }
+        buffer.push_back(Document{(int32_t)shard, b, (uint32_t)length});
+    }
     dl->shard_idx = (int)s[0];
     dl->pos = (uint64_t)s[1];
     dl->doc_in_shard = (uint64_t)s[2];
     dl->epoch = s[3];
-    dl->buffer.clear();
-    for (int64_t i = 0; i < n; i++) {
-        Document d{(int32_t)s[5 + 3 * i], (uint64_t)s[6 + 3 * i], (uint32_t)s[7 + 3 * i]};
-        if (d.shard < 0 || d.shard >= (int)dl->shards.size() || d.start + d.length > dl->shards[d.shard].ntokens) bad();
-        dl->buffer.push_back(d);
-    }
+    dl->buffer = buffer;
 }

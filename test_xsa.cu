@@ -110,8 +110,11 @@ static GPTConfig tiny_config(int V, int L, int C, int H, int D, int T, int windo
 
 // Runs one of our binaries (./train_gpt_cpu, ./train_gpt_cuda, ./eval_core) with `args`; returns its exit
 // code and what it printed (stderr only if !want_stdout).
+// $XSA_BIN_DIR, where set, is where the binaries are instead (make test-sanitize: build/sanitize/).
 static int run_program(const char* binary, const std::string& args, std::string* out, bool want_stdout) {
-    std::string cmd = std::string(binary) + " " + args + (want_stdout ? " 2>&1" : " 2>&1 >/dev/null");
+    const char* dir = getenv("XSA_BIN_DIR");
+    const std::string path = dir && *dir && !strncmp(binary, "./", 2) ? std::string(dir) + "/" + (binary + 2) : binary;
+    std::string cmd = path + " " + args + (want_stdout ? " 2>&1" : " 2>&1 >/dev/null");
     FILE* p = popen(cmd.c_str(), "r");
     out->clear();
     char buf[512];
@@ -931,6 +934,54 @@ static void test_packing() {
     }
 }
 
+// A shard truncated while a run reads it ends in one error line naming it and exit code 1, not SIGBUS:
+// when the check before a read sees the change (shard_check), and when the truncation falls between the
+// check and the read (the SIGBUS handler of dataloader.h). Each case runs in a forked child.
+static void test_shard_truncated_during_run() {
+    const std::string path = tmp_path("truncated.bin");
+    std::vector<uint32_t> stream;
+    for (int doc = 0; doc < 3000; doc++) {
+        stream.push_back(0);
+        for (int i = 0; i < 1 + doc % 9; i++) stream.push_back(1 + (uint32_t)(doc + i) % 40);
+    }
+    for (int between : {0, 1}) {
+        write_shard(path, stream, 2);
+        int fds[2];
+        if (pipe(fds) != 0) fail("pipe: %s", strerror(errno));
+        fflush(stdout);
+        const pid_t pid = fork();
+        if (pid == 0) {
+            dup2(fds[1], 2);
+            close(fds[0]);
+            DataLoader dl;
+            dataloader_init(&dl, path, "test", 50, 0, 2, 7, 0, 1);
+            dataloader_next_batch(&dl);
+            if (truncate(path.c_str(), 2048) != 0) _exit(3);
+            if (between) {  // a read of a page past the new end, with no check before it
+                volatile uint32_t t = dl.shards[0].token(dl.shards[0].ntokens - 1);
+                (void)t;
+            }
+            for (int i = 0; i < 1000; i++) dataloader_next_batch(&dl);
+            _exit(0);
+        }
+        close(fds[1]);
+        std::string err;
+        char buf[512];
+        ssize_t n;
+        while ((n = read(fds[0], buf, sizeof buf)) > 0) err.append(buf, (size_t)n);
+        close(fds[0]);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        const char* want = between ? "was truncated while this run read it" : "changed while this run reads it";
+        const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 1 && err.rfind("error: ", 0) == 0 && err.find('\n') == err.size() - 1 &&
+                        err.find(want) != std::string::npos && err.find(path) != std::string::npos;
+        const std::string got = WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                                                    : "exit " + std::to_string(WEXITSTATUS(status)) + ": " + err.substr(0, err.find('\n'));
+        check(ok, "a shard truncated during a run (%s): exit 1 and one line 'error: ... %s' naming it (%s)",
+              between ? "between the check and a read: SIGBUS handler" : "seen by the check before a read", want, got.c_str());
+    }
+}
+
 static void test_bpb_by_hand() {
     // targets 5 (3 bytes), 1 = BOS (special, 0 bytes), 7 (1 byte), 9 (2 bytes); losses in nats
     std::vector<int> token_bytes(10, 1);
@@ -997,7 +1048,7 @@ static void test_resume_bit_identical(bool adamw_only) {
     stop(&first);
     start(&resumed);
     LoopState restored;
-    load_checkpoint(ckpt, &resumed.model, &resumed.opt, &resumed.data, &restored);
+    load_checkpoint(ckpt, &resumed.model, &resumed.opt, &resumed.data, &restored, false);
     bool same_losses = restored.step == 3 && restored.smooth_loss == loop.smooth_loss;
     for (int s = 3; s < 6; s++) same_losses &= train_step(&resumed.model, &resumed.opt, &resumed.data, 2) == full_losses[s];
     bool same_params = memcmp(full.model.params, resumed.model.params, full.model.num_params * sizeof(float)) == 0;
@@ -1226,6 +1277,7 @@ int main() {
 
     test_core();
     test_packing();
+    test_shard_truncated_during_run();
     test_resume_bit_identical(false);
     test_resume_bit_identical(true);
     test_bpb_by_hand();

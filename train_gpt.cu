@@ -19,6 +19,10 @@ Model (nanochat a825e63 and later; every formula in dev/docs/model.md), per toke
     if i == L/2: x_backout = x
   x = norm(x - backout_lambda * x_backout);  logits = 15 tanh(x lm_head^T / 15);  loss = cross-entropy
 */
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <csignal>
+#include <ctime>
 #include <fstream>
 #include <map>
 #include <string>
@@ -88,7 +92,8 @@ static inline int layer_window(const GPTConfig& c, int l) {
 
 // Parses a layer selection for XSA: "all", "none", or a comma list of indices ("3"), ranges ("6-11")
 // and the deepest k layers ("last:3"). Fails with a message naming the bad part.
-static std::vector<bool> parse_layer_spec(const std::string& spec, int n_layer) {
+static std::vector<bool> parse_layer_spec(const std::string& spec, int n_layer, const char* file = nullptr) {
+    const std::string who = file ? std::string("'") + file + "': metadata xsa_layers" : "--xsa-layers";
     std::vector<bool> on(n_layer, false);
     if (spec == "all") return std::vector<bool>(n_layer, true);
     if (spec == "none" || spec.empty()) return on;
@@ -102,21 +107,21 @@ static std::vector<bool> parse_layer_spec(const std::string& spec, int n_layer) 
         if (part.rfind("last:", 0) == 0) {
             long k = strtol(part.c_str() + 5, &end, 10);
             if (end == part.c_str() + 5 || *end != '\0' || k < 1 || k > n_layer)
-                fail("--xsa-layers: '%s' must be last:K with 1 <= K <= %d (the depth)", part.c_str(), n_layer);
+                fail("%s: '%s' must be last:K with 1 <= K <= %d (the depth)", who.c_str(), part.c_str(), n_layer);
             lo = n_layer - k;
             hi = n_layer - 1;
         } else {
             lo = strtol(part.c_str(), &end, 10);
-            if (end == part.c_str()) fail("--xsa-layers: '%s' is not a layer index, a range A-B, last:K, all or none", part.c_str());
+            if (end == part.c_str()) fail("%s: '%s' is not a layer index, a range A-B, last:K, all or none", who.c_str(), part.c_str());
             hi = lo;
             if (*end == '-') {
                 const char* second = end + 1;
                 hi = strtol(second, &end, 10);
-                if (end == second) fail("--xsa-layers: '%s' is not a range A-B", part.c_str());
+                if (end == second) fail("%s: '%s' is not a range A-B", who.c_str(), part.c_str());
             }
-            if (*end != '\0') fail("--xsa-layers: '%s' is not a layer index, a range A-B, last:K, all or none", part.c_str());
-            if (lo < 0 || hi < lo) fail("--xsa-layers: '%s' is not a valid layer range", part.c_str());
-            if (hi >= n_layer) fail("--xsa-layers: layer %ld is past the depth (layers are 0..%d)", hi, n_layer - 1);
+            if (*end != '\0') fail("%s: '%s' is not a layer index, a range A-B, last:K, all or none", who.c_str(), part.c_str());
+            if (lo < 0 || hi < lo) fail("%s: '%s' is not a valid layer range", who.c_str(), part.c_str());
+            if (hi >= n_layer) fail("%s: layer %ld is past the depth (layers are 0..%d)", who.c_str(), hi, n_layer - 1);
         }
         for (long l = lo; l <= hi; l++) on[l] = true;
     }
@@ -131,22 +136,27 @@ static std::string layer_list(const std::vector<bool>& on) {
 }
 
 // Checks the invariants every op relies on; any violation is a user error.
-static void validate_config(const GPTConfig& c) {
-    if (c.n_layer < 1) fail("depth must be >= 1 (got %d)", c.n_layer);
-    if (c.n_head < 1 || c.n_kv_head < 1) fail("--heads and --kv-heads must be >= 1");
-    if (c.n_head % c.n_kv_head != 0) fail("--heads %d is not a multiple of --kv-heads %d", c.n_head, c.n_kv_head);
-    if (c.head_dim < 2 || c.head_dim % 2 != 0) fail("--head-dim must be even (rotary pairs channels), got %d", c.head_dim);
+static void validate_config(const GPTConfig& c, const char* file = nullptr) {
+    // the culprit: the flags, or the metadata of the file the configuration was read from
+    const std::string where = file ? std::string("'") + file + "': metadata " : "";
+    auto name = [&](const char* flag, const char* key) { return file ? key : flag; };
+    if (c.n_layer < 1 || c.n_layer > 4096) fail("%s%s must be in [1, 4096], got %d", where.c_str(), name("depth", "n_layer"), c.n_layer);
+    if (c.n_head < 1 || c.n_kv_head < 1) fail("%s%s and %s must be >= 1", where.c_str(), name("--heads", "n_head"), name("--kv-heads", "n_kv_head"));
+    if (c.n_head % c.n_kv_head != 0)
+        fail("%s%s %d is not a multiple of %s %d", where.c_str(), name("--heads", "n_head"), c.n_head, name("--kv-heads", "n_kv_head"), c.n_kv_head);
+    if (c.head_dim < 2 || c.head_dim % 2 != 0) fail("%s%s must be even (rotary pairs channels), got %d", where.c_str(), name("--head-dim", "head_dim"), c.head_dim);
 #ifdef __CUDACC__
-    if (c.head_dim != 64 && c.head_dim != 128) fail("the CUDA backend's attention takes --head-dim 64 or 128, got %d", c.head_dim);
+    if (c.head_dim != 64 && c.head_dim != 128)
+        fail("%sthe CUDA backend's attention takes %s 64 or 128, got %d", where.c_str(), name("--head-dim", "head_dim"), c.head_dim);
 #endif
-    if (c.n_embd < SMEAR_CHANNELS) fail("--dim must be >= %d (the smear gate reads 24 channels), got %d", SMEAR_CHANNELS, c.n_embd);
-    if (c.vocab_size < 2) fail("the vocabulary must have at least 2 tokens, got %d", c.vocab_size);
-    if (c.seq_len < 1) fail("--seq-len must be >= 1, got %d", c.seq_len);
-    if (c.short_window < 0) fail("--short-window must be >= 0, got %d", c.short_window);
-    if (c.window_pattern.empty() || c.window_pattern.size() > MAX_PATTERN ||
-        c.window_pattern.find_first_not_of("SL") != std::string::npos)
-        fail("--window-pattern must be a string of S and L, got '%s'", c.window_pattern.c_str());
-    if (!(c.xsa_alpha >= 0.0f && c.xsa_alpha <= 1.0f)) fail("-x (XSA alpha) must be in [0, 1], got %g", c.xsa_alpha);
+    if (c.n_embd < SMEAR_CHANNELS)
+        fail("%s%s must be >= %d (the smear gate reads 24 channels), got %d", where.c_str(), name("--dim", "n_embd"), SMEAR_CHANNELS, c.n_embd);
+    if (c.vocab_size < 2) fail("%sthe vocabulary must have at least 2 tokens, got %d", where.c_str(), c.vocab_size);
+    if (c.seq_len < 1) fail("%s%s must be >= 1, got %d", where.c_str(), name("--seq-len", "seq_len"), c.seq_len);
+    if (c.short_window < 0) fail("%s%s must be >= 0, got %d", where.c_str(), name("--short-window", "short_window"), c.short_window);
+    if (c.window_pattern.empty() || c.window_pattern.size() > MAX_PATTERN || c.window_pattern.find_first_not_of("SL") != std::string::npos)
+        fail("%s%s must be a string of S and L, got '%s'", where.c_str(), name("--window-pattern", "window_pattern"), c.window_pattern.c_str());
+    if (!(c.xsa_alpha >= 0.0f && c.xsa_alpha <= 1.0f)) fail("%s%s must be in [0, 1], got %g", where.c_str(), name("-x (XSA alpha)", "xsa_alpha"), c.xsa_alpha);
     if ((int)c.xsa_layer.size() != c.n_layer) fail("internal: XSA layer mask has %zu entries for %d layers", c.xsa_layer.size(), c.n_layer);
 }
 
@@ -164,18 +174,31 @@ static std::map<std::string, std::string> config_to_metadata(const GPTConfig& c)
             {"smear", c.smear ? "1" : "0"}, {"xsa_alpha", alpha}, {"xsa_layers", layers == "none" ? "" : layers}};
 }
 
+// Numbers in a file's metadata: anything but a whole number in [lo, hi] (or a finite number) is an error
+// that names the file and the key.
+static long metadata_int(const SafetensorsFile& file, const char* key, long lo, long hi) {
+    const std::string v = file.meta(key);
+    char* end = nullptr;
+    errno = 0;
+    const long x = strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || errno == ERANGE || x < lo || x > hi)
+        fail("'%s': metadata %s = '%s' is not an integer in [%ld, %ld]", file.path.c_str(), key, v.c_str(), lo, hi);
+    return x;
+}
+
+static double metadata_double(const SafetensorsFile& file, const char* key) {
+    const std::string v = file.meta(key);
+    char* end = nullptr;
+    const double x = strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || !std::isfinite(x)) fail("'%s': metadata %s = '%s' is not a finite number", file.path.c_str(), key, v.c_str());
+    return x;
+}
+
 static GPTConfig config_from_metadata(const SafetensorsFile& file) {
-    auto integer = [&](const char* key) {
-        std::string v = file.meta(key);
-        char* end = nullptr;
-        long x = strtol(v.c_str(), &end, 10);
-        if (v.empty() || *end != '\0') fail("'%s': metadata %s = '%s' is not an integer", file.path.c_str(), key, v.c_str());
-        return (int)x;
-    };
+    auto integer = [&](const char* key) { return (int)metadata_int(file, key, 0, INT_MAX); };
     GPTConfig c;
     c.vocab_size = integer("vocab_size");
     c.padded_vocab = padded_vocab_size(c.vocab_size);
-    c.n_layer = integer("n_layer");
     c.n_head = integer("n_head");
     c.n_kv_head = integer("n_kv_head");
     c.head_dim = integer("head_dim");
@@ -185,13 +208,10 @@ static GPTConfig config_from_metadata(const SafetensorsFile& file) {
     c.short_window = integer("short_window");
     c.value_embeds = integer("value_embeds") != 0;
     c.smear = integer("smear") != 0;
-    std::string alpha = file.meta("xsa_alpha");
-    char* end = nullptr;
-    c.xsa_alpha = strtof(alpha.c_str(), &end);
-    if (alpha.empty() || *end != '\0') fail("'%s': metadata xsa_alpha = '%s' is not a number", file.path.c_str(), alpha.c_str());
-    if (c.n_layer < 1 || c.n_layer > 4096) fail("'%s': metadata n_layer = %d is out of range", file.path.c_str(), c.n_layer);
-    c.xsa_layer = parse_layer_spec(file.meta("xsa_layers"), c.n_layer);
-    validate_config(c);
+    c.xsa_alpha = (float)metadata_double(file, "xsa_alpha");
+    c.n_layer = (int)metadata_int(file, "n_layer", 1, 4096);
+    c.xsa_layer = parse_layer_spec(file.meta("xsa_layers"), c.n_layer, file.path.c_str());
+    validate_config(c, file.path.c_str());
     return c;
 }
 
@@ -604,6 +624,14 @@ static void gpt_init_weights(GPT* model, uint64_t seed) {
     gpt_params_to_backend(model);
 }
 
+// A checkpoint or weights file never holds a non-finite value: names the first tensor that would.
+static void check_weights_finite(const GPT* model, const char* when) {
+    for (const ParamTensor& t : model->table) {
+        const size_t i = first_non_finite(model->params_host + t.offset, t.numel);
+        if (i < t.numel) fail("the weights hold a non-finite value (%g) in %s[%zu] %s; nothing written", model->params_host[t.offset + i], t.name.c_str(), i, when);
+    }
+}
+
 // Copies every parameter from a safetensors file with nanochat's names; shapes must match exactly.
 static void gpt_load_weights(GPT* model, const SafetensorsFile& file) {
     for (const ParamTensor& t : model->table) {
@@ -615,7 +643,10 @@ static void gpt_load_weights(GPT* model, const SafetensorsFile& file) {
             for (int64_t d : st->shape) got += std::to_string(d) + " ";
             fail("'%s': tensor '%s' has shape [ %s], the model expects [ %s]", file.path.c_str(), t.name.c_str(), got.c_str(), want.c_str());
         }
-        memcpy(model->params_host + t.offset, file.get_f32(t.name, t.numel), t.numel * sizeof(float));
+        const float* values = file.get_f32(t.name, t.numel);
+        const size_t i = first_non_finite(values, t.numel);
+        if (i < t.numel) fail("'%s': tensor '%s' holds a non-finite value (%g at index %zu)", file.path.c_str(), t.name.c_str(), values[i], i);
+        memcpy(model->params_host + t.offset, values, t.numel * sizeof(float));
     }
     gpt_params_to_backend(model);
 }
@@ -623,6 +654,7 @@ static void gpt_load_weights(GPT* model, const SafetensorsFile& file) {
 // Writes every parameter under its nanochat name, with the configuration as metadata.
 static void gpt_save_weights(const GPT* model, const std::string& path) {
     gpt_params_to_host(model);
+    check_weights_finite(model, ("for '" + path + "'").c_str());
     std::vector<SafeTensorOut> tensors;
     for (const ParamTensor& t : model->table) tensors.push_back({t.name, "F32", t.shape, model->params_host + t.offset});
     safetensors_write(path, config_to_metadata(model->config), tensors);
@@ -1062,8 +1094,10 @@ static TrainingPlan plan_training(const GPTConfig& model, const OptimArgs& a) {
     plan.reference_tokens = (double)a.param_data_ratio * (double)count_params(reference_d12(model)).scaling;
     plan.total_batch = a.total_batch > 0 ? a.total_batch
                                          : (long)exp2(nearbyint(log2(REFERENCE_BATCH * pow(plan.target_tokens / plan.reference_tokens, 0.383))));
-    plan.num_iterations = a.num_iterations > 0 ? a.num_iterations : (int)(plan.target_tokens / (double)plan.total_batch);
-    if (plan.num_iterations < 1) fail("the plan has no steps: %.0f target tokens < batch of %ld tokens (set -n)", plan.target_tokens, plan.total_batch);
+    const double horizon = plan.target_tokens / (double)plan.total_batch;
+    if (a.num_iterations <= 0 && horizon > INT_MAX)
+        fail("the horizon rule gives %.3g steps (--param-data-ratio %g); set a smaller ratio or -n", horizon, a.param_data_ratio);
+    plan.num_iterations = a.num_iterations > 0 ? a.num_iterations : (int)horizon;
     plan.batch_lr_scale = sqrt((double)plan.total_batch / REFERENCE_BATCH);
     plan.dmodel_lr_scale = pow((double)model.n_embd / 768.0, -0.5);
     const double b = plan.batch_lr_scale, d = plan.dmodel_lr_scale;
@@ -1355,7 +1389,35 @@ struct LoopState {
     int step = 0;               // optimizer updates applied
     double smooth_loss = 0.0;   // EMA (beta 0.9) of the training loss, not yet debiased
     double train_ms = 0.0;      // time spent in training steps
+    bool evals_done = true;     // the evaluations of `step` ran before the checkpoint (not so when a signal stopped the run)
 };
+
+// What the training data was: each shard's file name, size and a hash of its header (FNV-1a), hashed
+// together. A checkpoint records it, so that resuming on other data is an error rather than a silent
+// change of the data order.
+static std::string data_fingerprint(const DataLoader* dl) {
+    uint64_t h = 1469598103934665603ull;
+    auto mix = [&](const void* p, size_t n) {
+        for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t*)p)[i]) * 1099511628211ull;
+    };
+    for (const Shard& sh : dl->shards) {
+        const size_t slash = sh.path.rfind('/');
+        const std::string name = slash == std::string::npos ? sh.path : sh.path.substr(slash + 1);
+        mix(name.data(), name.size() + 1);
+        FILE* f = fopen_or_fail(sh.path.c_str(), "rb");
+        uint8_t header[SHARD_HEADER_INTS * sizeof(int32_t)];
+        const size_t got = fread(header, 1, sizeof header, f);
+        fseek(f, 0, SEEK_END);
+        const long size = ftell(f);
+        fclose(f);
+        mix(header, got);
+        mix(&size, sizeof size);
+    }
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+    return hex;
+}
+
 
 static std::map<std::string, std::string> optim_to_metadata(const OptimConfig& o) {
     auto num = [](double x) {
@@ -1408,11 +1470,16 @@ static void save_checkpoint(const std::string& path, const GPT* model, const Opt
     meta["smooth_loss"] = buf;
     snprintf(buf, sizeof buf, "%.17g", loop.train_ms);
     meta["train_ms"] = buf;
+    meta["evals_done"] = loop.evals_done ? "1" : "0";
+    meta["data"] = data_fingerprint(train);
     std::vector<SafeTensorOut> tensors;
     gpt_params_to_host(model);
+    check_weights_finite(model, ("at step " + std::to_string(loop.step)).c_str());
     for (const ParamTensor& t : model->table) tensors.push_back({t.name, "F32", t.shape, model->params_host + t.offset});
     std::vector<float> state(opt->state_floats);
     backend_download(state.data(), opt->state, opt->state_floats * sizeof(float));
+    if (first_non_finite(state.data(), state.size()) < state.size())
+        fail("the optimizer state holds a non-finite value at step %d; no checkpoint written", loop.step);
     tensors.push_back({"optimizer.state", "F32", {(int64_t)opt->state_floats}, state.data()});
     std::vector<std::vector<int32_t>> loaders;
     for (const std::vector<int64_t>& state : loader_states) loaders.push_back(split_int64(state));
@@ -1422,7 +1489,8 @@ static void save_checkpoint(const std::string& path, const GPT* model, const Opt
 }
 
 // Restores a checkpoint into a model and optimizer built from the same configuration (checked).
-static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt, DataLoader* train, LoopState* loop) {
+// allow_other_data: resuming on training data other than the checkpoint's is intended (--allow-other-data 1).
+static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt, DataLoader* train, LoopState* loop, bool allow_other_data) {
     SafetensorsFile f = safetensors_read(path);
     if (f.metadata.count("format") == 0 || f.meta("format") != CHECKPOINT_FORMAT)
         fail("'%s' is not an xsa-train checkpoint (format '%s', expected '%s')", path.c_str(),
@@ -1433,31 +1501,50 @@ static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt,
         if (f.metadata.count(kv.first) == 0 || f.meta(kv.first) != kv.second)
             fail("'%s' was written with %s = %s, but this run has %s = %s; resume with the same model and optimizer flags", path.c_str(),
                  kv.first.c_str(), f.metadata.count(kv.first) ? f.meta(kv.first).c_str() : "(missing)", kv.first.c_str(), kv.second.c_str());
-    const int ranks = f.metadata.count("ranks") ? std::stoi(f.meta("ranks")) : 1;
+    const int ranks = (int)metadata_int(f, "ranks", 1, MAX_RANKS);
     if (ranks != g_ranks.world)
         fail("'%s' was written by %d ranks, this run has %d; resume with --ranks %d (the ranks decide the data order)", path.c_str(), ranks,
              g_ranks.world, ranks);
-    if (f.metadata.count("batch") && std::stoi(f.meta("batch")) != train->B)
+    if (metadata_int(f, "batch", 1, INT_MAX) != train->B)
         fail("'%s' was written with %s rows per micro-batch, this run has %d; resume with -b %s (the rows decide the data order)",
              path.c_str(), f.meta("batch").c_str(), train->B, f.meta("batch").c_str());
+    const std::string data = data_fingerprint(train);
+    if (f.meta("data") != data && !allow_other_data)
+        fail("'%s' was trained on other data (fingerprint %s; these shards give %s): resume on the same shards, or add "
+             "--allow-other-data 1 if the change is intended", path.c_str(), f.meta("data").c_str(), data.c_str());
     gpt_load_weights(model, f);
-    backend_upload(opt->state, f.get_f32("optimizer.state", opt->state_floats), opt->state_floats * sizeof(float));
-    opt->step = std::stoi(f.meta("optimizer_step"));
+    const float* state = f.get_f32("optimizer.state", opt->state_floats);
+    if (first_non_finite(state, opt->state_floats) < opt->state_floats) fail("'%s': optimizer.state holds a non-finite value", path.c_str());
+    backend_upload(opt->state, state, opt->state_floats * sizeof(float));
+    loop->step = (int)metadata_int(f, "step", 0, INT_MAX);
+    opt->step = (int)metadata_int(f, "optimizer_step", loop->step, loop->step);  // one update per step
     const std::string loader = loader_state_name(g_ranks.rank);
     const SafeTensor* ls = f.find(loader);
     if (!ls || ls->numel() % 2 != 0) fail("'%s' has no valid %s", path.c_str(), loader.c_str());
     dataloader_restore(train, join_int64(f.get_i32(loader, ls->numel()), ls->numel() / 2), path.c_str());
-    loop->step = std::stoi(f.meta("step"));
-    loop->smooth_loss = std::stod(f.meta("smooth_loss"));
-    loop->train_ms = std::stod(f.meta("train_ms"));
+    loop->smooth_loss = metadata_double(f, "smooth_loss");
+    loop->train_ms = metadata_double(f, "train_ms");
+    loop->evals_done = metadata_int(f, "evals_done", 0, 1) == 1;
 }
 
-// The checkpoint with the highest step in dir ("" if none).
+// The checkpoint with the highest step in dir ("" if none): only names exactly ckpt_<digits>.safetensors
+// count (not ckpt_best.safetensors, nor a .tmp left by a crash), compared by their number (999999 < 1000000).
 static std::string latest_checkpoint(const std::string& dir) {
     glob_t g;
     std::string best;
+    long best_step = -1;
     if (glob((dir + "/ckpt_*.safetensors").c_str(), 0, nullptr, &g) == 0)
-        for (size_t i = 0; i < g.gl_pathc; i++) best = g.gl_pathv[i];  // glob sorts; names carry zero-padded steps
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            const std::string name = g.gl_pathv[i];
+            const size_t start = name.rfind("/ckpt_") + 6, end = name.size() - strlen(".safetensors");
+            const std::string digits = name.substr(start, end - start);
+            if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+            const long step = atol(digits.c_str());
+            if (step > best_step) {
+                best_step = step;
+                best = name;
+            }
+        }
     globfree(&g);
     return best;
 }
@@ -1475,6 +1562,7 @@ static void truncate_metrics(const std::string& path, int resume_step) {
     if (!f) return;
     std::string kept, line;
     while (std::getline(f, line)) {
+        if (f.eof()) break;  // no newline: a line torn by a kill, written after the checkpoint
         size_t s = line.find("\"step\": ");
         if (s == std::string::npos) continue;
         int step = atoi(line.c_str() + s + 8);
@@ -1552,6 +1640,7 @@ static void print_usage() {
         "  -o, --output DIR       write DIR/metrics.jsonl and checkpoints DIR/ckpt_STEP.safetensors\n"
         "  --save-every N         checkpoint every N steps (default -1: only at the end); needs -o\n"
         "  --resume DIR           continue from the latest checkpoint in DIR, bit-identically (same flags)\n"
+        "  --allow-other-data 0|1 with --resume: continue on training shards other than the checkpoint's (default 0)\n"
         "  --init-from FILE       start from the weights of a safetensors file (nanochat names)\n"
         "  --export-safetensors FILE  write the final weights as safetensors (nanochat names, fp32)\n"
         "Distributed\n"
@@ -1569,6 +1658,7 @@ struct Args {
     std::string train_pattern = "dev/data/devil/train_*.bin", val_pattern = "dev/data/devil/val_*.bin";
     std::string tokenizer_path = "dev/data/devil/tokenizer.bin";
     std::string output_dir, resume_dir, init_from, export_path;
+    bool allow_other_data = false;
     int batch = -1;  // -1: default_batch
     int steps = -1;
     uint64_t seed = 42;
@@ -1605,7 +1695,12 @@ static Args parse_args(int argc, char** argv) {
         } else if (i + 1 >= argc) fail("option %s needs a value (see --help)", flag.c_str());
         const char* value = has_inline ? inline_value.c_str() : argv[++i];
         const char* f = flag.c_str();
+        if (*value == '\0') fail("option %s needs a value, got an empty one", f);
         OptimArgs& o = args.optim;
+        auto at_least = [&](long v, long lo) {  // a value given must be valid: -1 never silently means "the default"
+            if (v < lo) fail("%s must be >= %ld, got %ld", f, lo, v);
+            return v;
+        };
         if (flag == "-d" || flag == "--depth") depth = parse_int32(f, value);
         else if (flag == "--dim") dim = parse_int32(f, value);
         else if (flag == "--heads") heads = parse_int32(f, value);
@@ -1613,7 +1708,7 @@ static Args parse_args(int argc, char** argv) {
         else if (flag == "--head-dim") head_dim = parse_int32(f, value);
         else if (flag == "-t" || flag == "--seq-len") seq_len = parse_int32(f, value);
         else if (flag == "--window-pattern") pattern = value;
-        else if (flag == "--short-window") short_window = parse_int32(f, value);
+        else if (flag == "--short-window") short_window = (int)at_least(parse_int32(f, value), 0);
         else if (flag == "--value-embeds") value_embeds = parse_bool(f, value);
         else if (flag == "--smear") smear = parse_bool(f, value);
         else if (flag == "-x" || flag == "--xsa") alpha = parse_float(f, value);
@@ -1640,14 +1735,10 @@ static Args parse_args(int argc, char** argv) {
         else if (flag == "-i" || flag == "--train") args.train_pattern = value;
         else if (flag == "-j" || flag == "--val") args.val_pattern = value;
         else if (flag == "--tokenizer") args.tokenizer_path = value;
-        else if (flag == "-b" || flag == "--batch") args.batch = parse_int32(f, value);
-        else if (flag == "-B" || flag == "--total-batch") o.total_batch = parse_int(f, value);
-        else if (flag == "-n" || flag == "--steps") args.steps = parse_int32(f, value);
-        else if (flag == "--seed") {
-            long seed = parse_int(f, value);
-            if (seed < 0) fail("--seed must be >= 0, got %ld", seed);
-            args.seed = (uint64_t)seed;
-        }
+        else if (flag == "-b" || flag == "--batch") args.batch = (int)at_least(parse_int32(f, value), 1);
+        else if (flag == "-B" || flag == "--total-batch") o.total_batch = at_least(parse_int(f, value), 1);
+        else if (flag == "-n" || flag == "--steps") args.steps = (int)at_least(parse_int32(f, value), 0);
+        else if (flag == "--seed") args.seed = (uint64_t)at_least(parse_int(f, value), 0);
         else if (flag == "--eval-every") args.eval_every = parse_int32(f, value);
         else if (flag == "--eval-tokens") args.eval_tokens = parse_int(f, value);
         else if (flag == "--sample-every") args.sample_every = parse_int32(f, value);
@@ -1657,14 +1748,13 @@ static Args parse_args(int argc, char** argv) {
         else if (flag == "--core-tasks") args.core_dir = value;
         else if (flag == "-o" || flag == "--output") args.output_dir = value;
         else if (flag == "--resume") args.resume_dir = value;
+        else if (flag == "--allow-other-data") args.allow_other_data = parse_bool(f, value);
         else if (flag == "--init-from") args.init_from = value;
         else if (flag == "--export-safetensors") args.export_path = value;
         else fail("unknown option '%s' (see --help)", f);
     }
     if (depth < 1 || depth > 1024) fail("--depth must be in [1, 1024], got %d", depth);
     if (args.ranks < 1 || args.ranks > MAX_RANKS) fail("--ranks must be in [1, %d], got %d", MAX_RANKS, args.ranks);
-    if (args.batch < 1 && args.batch != -1) fail("--batch must be >= 1, got %d", args.batch);
-    if (args.steps < -1) fail("--steps must be >= 0, got %d", args.steps);
     if (args.eval_every < 1) fail("--eval-every must be >= 1, got %d", args.eval_every);
     if (args.eval_tokens < 1) fail("--eval-tokens must be >= 1, got %ld", args.eval_tokens);
     if (args.sample_every < 1 && args.sample_every != -1) fail("--sample-every must be >= 1 or -1, got %d", args.sample_every);
@@ -1682,7 +1772,6 @@ static Args parse_args(int argc, char** argv) {
     if (!(o.warmdown_ratio >= 0.0f && o.warmdown_ratio <= 1.0f)) fail("--warmdown-ratio must be in [0, 1], got %g", o.warmdown_ratio);
     if (!(o.final_lr_frac >= 0.0f && o.final_lr_frac <= 1.0f)) fail("--final-lr-frac must be in [0, 1], got %g", o.final_lr_frac);
     if (!(o.param_data_ratio > 0.0f)) fail("--param-data-ratio must be > 0, got %g", o.param_data_ratio);
-    if (o.total_batch != -1 && o.total_batch < 1) fail("--total-batch must be >= 1, got %ld", o.total_batch);
 
     // shapes: the study's presets, nanochat's aspect-ratio rule otherwise, then the explicit overrides
     GPTConfig& c = args.config;
@@ -1755,8 +1844,72 @@ static void print_plan(const TrainingPlan& plan, int accum) {
     if (!o.adamw_only) printf("Muon: MuonEq %s, Muon+ %s\n", o.muon_eq ? "on" : "off", o.muon_plus ? "on" : "off");
 }
 
+// SIGINT and SIGTERM (Ctrl-C, a scheduler's pre-emption) ask the run to stop after the current optimizer
+// step, with a checkpoint (main's loop, run_stop). A second request, a second or more after the first,
+// ends the process at once: the handler restores the default action and raises the signal again. (Two
+// copies of one request, e.g. from the terminal and from the --ranks supervisor, arrive together.)
+static volatile sig_atomic_t g_stop_signal = 0;
+static volatile long g_stop_at_ms = 0;
+
+static void on_stop_signal(int sig) {
+    timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe, unlike most of libc
+    const long ms = (long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    if (g_stop_signal == 0) {
+        g_stop_signal = sig;
+        g_stop_at_ms = ms;
+    } else if (ms - g_stop_at_ms > 1000) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+}
+
+static void install_stop_handlers() {
+    struct sigaction stop = {};
+    stop.sa_handler = on_stop_signal;
+    stop.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &stop, nullptr);
+    sigaction(SIGTERM, &stop, nullptr);
+}
+
+// The signal that asked the run to stop, 0 if none; with several ranks, any rank's (all of them must
+// stop after the same step, since a checkpoint gathers every rank's loader state).
+static int stop_requested() {
+    if (g_ranks.world == 1) return g_stop_signal;
+    std::vector<double> signals(g_ranks.world, 0.0);
+    signals[g_ranks.rank] = g_stop_signal;
+    ranks_sum_doubles(signals.data(), signals.size());
+    return (int)*std::max_element(signals.begin(), signals.end());
+}
+
+// Before any work: creates the output directory (-o), and checks that a weights file goes into an existing
+// directory, not onto a directory.
+static void check_outputs(const Args& a) {
+    const std::string& out = !a.output_dir.empty() ? a.output_dir : a.resume_dir;
+    if (!out.empty() && mkdir(out.c_str(), 0755) != 0 && errno != EEXIST) fail("cannot create '%s': %s", out.c_str(), strerror(errno));
+    if (a.export_path.empty()) return;
+    struct stat st;
+    if (stat(a.export_path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) fail("--export-safetensors '%s' is a directory", a.export_path.c_str());
+    const size_t slash = a.export_path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : a.export_path.substr(0, slash);
+    if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+        fail("--export-safetensors '%s': the directory '%s' does not exist", a.export_path.c_str(), dir.c_str());
+    if (access(dir.c_str(), W_OK) != 0) fail("--export-safetensors '%s': cannot write into '%s': %s", a.export_path.c_str(), dir.c_str(), strerror(errno));
+}
+
+// One run at a time in a directory: an exclusive lock on DIR/.lock, held until the process exits (also
+// when it is killed), so a second run into the same directory cannot interleave checkpoints and metrics.
+static void lock_run_dir(const std::string& dir) {
+    const std::string path = dir + "/.lock";
+    const int fd = open(path.c_str(), O_CREAT | O_RDWR, 0644);
+    if (fd < 0) fail("cannot write into '%s': %s", dir.c_str(), strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0)
+        fail("another run is using '%s' (it holds %s); wait for it to end, or use another -o", dir.c_str(), path.c_str());
+}
+
 // Everything a training run holds: set up by run_setup, driven by main's loop.
 struct Run {
+    std::vector<std::string> argv;  // the command line, for the resume command a stopped run prints
     Args args;
     Tokenizer tok;
     TrainingPlan plan;
@@ -1810,10 +1963,14 @@ static void run_setup_plan(Run* run) {
     if (run->plan.total_batch % (micro_tokens * world) != 0)
         fail("the total batch of %ld tokens is not a multiple of batch x seq-len x ranks = %d x %d x %d (set -B or -b)",
              run->plan.total_batch, run->B, run->T, world);
-    run->accum = (int)(run->plan.total_batch / (micro_tokens * world));
+    const long accum = run->plan.total_batch / (micro_tokens * world);
+    if (accum > 1000000) fail("the total batch of %ld tokens would take %ld micro-batches per step (at most 1000000); set -B", run->plan.total_batch, accum);
+    run->accum = (int)accum;
     run->num_steps = run->plan.num_iterations;
     print_model(c, run->B);
     print_plan(run->plan, run->accum);
+    if (a.steps != 0 && run->num_steps < 1)
+        fail("the plan has no steps: %.0f target tokens < one batch of %ld tokens (set -n or -B)", run->plan.target_tokens, run->plan.total_batch);
 }
 
 // The training and validation loaders, and the CORE tasks.
@@ -1853,7 +2010,7 @@ static void run_setup_model(Run* run) {
         if (!a.init_from.empty()) fail("--resume and --init-from exclude each other");
         std::string ckpt = latest_checkpoint(a.resume_dir);
         if (ckpt.empty()) fail("--resume: no checkpoint ckpt_*.safetensors in '%s'", a.resume_dir.c_str());
-        load_checkpoint(ckpt, &run->model, &run->opt, &run->train, &run->loop);
+        load_checkpoint(ckpt, &run->model, &run->opt, &run->train, &run->loop, a.allow_other_data);
         printf("resumed from %s at step %d\n", ckpt.c_str(), run->loop.step);
         if (run->loop.step > run->num_steps) fail("'%s' is at step %d, past the %d steps of this run", ckpt.c_str(), run->loop.step, run->num_steps);
     } else if (!a.init_from.empty()) {
@@ -1869,14 +2026,14 @@ static void run_setup_model(Run* run) {
         printf("weights loaded from %s\n", a.init_from.c_str());
     }
     if (run->out_dir.empty() || g_ranks.rank != 0) return;
-    if (mkdir(run->out_dir.c_str(), 0755) != 0 && errno != EEXIST) fail("cannot create '%s': %s", run->out_dir.c_str(), strerror(errno));
+    lock_run_dir(run->out_dir);
     const std::string path = run->out_dir + "/metrics.jsonl";
     if (a.resume_dir.empty()) {
-        metrics_open(&run->metrics, path, "w");
+        metrics_open(&run->metrics, path, false);
         metrics_write(&run->metrics, run_line(*run));
     } else {
         truncate_metrics(path, run->loop.step);
-        metrics_open(&run->metrics, path, "a");
+        metrics_open(&run->metrics, path, true);
     }
 }
 
@@ -1886,6 +2043,7 @@ static void run_evaluate(Run* run, int step) {
     Diagnostics diag;
     const double bpb = evaluate_bpb(&run->model, &run->val, &run->tok, run->eval_steps, &diag);
     ranks_check_identical(&run->model, step);
+    if (!std::isfinite(bpb)) fail("val bpb is %f at step %d; stopping (the last checkpoint, if any, is intact)", bpb, step);
     printf("step %d/%d | val bpb %.6f | %.1f s\n", step, run->num_steps, bpb, (wall_ms() - t0) / 1000.0);
     const long eval_tokens = (long)run->eval_steps * run->B * run->T;
     metrics_write(&run->metrics, JsonLine().num("step", (long long)step).str("kind", "eval").num("val_bpb", bpb, "%.8f").num("eval_tokens", (long long)eval_tokens));
@@ -1906,8 +2064,9 @@ static void run_core(Run* run, int step) {
     const double t0 = wall_ms();
     CoreResult core = core_evaluate(&run->model, run->core_tasks, run->args.core_max_per_task);
     core_print(core);
+    if (!std::isfinite(core.core)) fail("CORE is %f at step %d; stopping (the last checkpoint, if any, is intact)", core.core, step);
     printf("step %d/%d | CORE %.6f | %.1f s\n", step, run->num_steps, core.core, (wall_ms() - t0) / 1000.0);
-    if (!run->metrics.file) return;
+    if (run->metrics.fd < 0) return;
     JsonLine centered;
     for (const CoreTaskResult& t : core.tasks) centered.num(t.label.c_str(), t.centered, "%.8f");
     metrics_write(&run->metrics, JsonLine().num("step", (long long)step).str("kind", "core").num("core", core.core, "%.8f").raw("centered", centered.text()));
@@ -1945,6 +2104,38 @@ static void run_train_step(Run* run, int step, bool first) {
                                      .num("dt_ms", dt, "%.3f").num("tok_per_s", tok_per_s, "%.1f").num("mfu", mfu, "%.6f"));
 }
 
+// A checkpoint at the current step (every rank takes part; rank 0 writes it), with the metrics on disk.
+static void run_checkpoint(Run* run) {
+    const std::string path = checkpoint_path(run->out_dir, run->loop.step);
+    save_checkpoint(path, &run->model, &run->opt, &run->train, run->loop);
+    metrics_sync(&run->metrics);
+    printf("checkpoint %s\n", path.c_str());
+}
+
+// The end of a run stopped by SIGINT or SIGTERM, after a step: a checkpoint (with -o), one line saying
+// where it stopped and how to go on, and the exit code of the signal (130, 143).
+[[noreturn]] static void run_stop(Run* run, int sig) {
+    run->loop.evals_done = false;  // the evaluations of this step are still to run, on resume
+    std::string saved = "nothing saved (no -o)";
+    if (!run->out_dir.empty()) {
+        run_checkpoint(run);
+        std::string resume = run->argv[0];  // the same command, its output directory given as --resume
+        for (size_t i = 1; i < run->argv.size(); i++) {
+            const std::string& w = run->argv[i];
+            if (w == "-o" || w == "--output" || w == "--resume") {
+                i++;
+                continue;
+            }
+            if (w.rfind("--output=", 0) == 0 || w.rfind("--resume=", 0) == 0) continue;
+            resume += " " + (w.find_first_of(" '\"$*?") == std::string::npos ? w : "'" + w + "'");
+        }
+        saved = "resume with: " + resume + " --resume " + run->out_dir;
+    }
+    metrics_close(&run->metrics);
+    if (g_ranks.rank == 0) printf("stopped by %s after step %d/%d; %s\n", sig == SIGINT ? "SIGINT" : "SIGTERM", run->loop.step, run->num_steps, saved.c_str());
+    exit(128 + sig);
+}
+
 // The end of a run: throughput, the exported weights, files closed, memory freed.
 static void run_finish(Run* run) {
     if (!run->step_ms.empty()) {
@@ -1968,9 +2159,12 @@ static void run_finish(Run* run) {
 int main(int argc, char** argv) {
     setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches a pipe or log file as it is printed
     Run run;
+    run.argv.assign(argv, argv + argc);
     run.args = parse_args(argc, argv);
     const Args& a = run.args;
-    ranks_launch(a.ranks);  // forks the ranks, if several: from here on this is one of them
+    check_outputs(a);
+    install_stop_handlers();  // inherited by the ranks; their supervisor passes the signals on to them
+    ranks_launch(a.ranks);    // forks the ranks, if several: from here on this is one of them
     backend_init();
     g_backend.xsa_fused = a.xsa_fused;
     g_backend.graphs = a.cuda_graphs;
@@ -1987,18 +2181,17 @@ int main(int argc, char** argv) {
         const bool last = step == run.num_steps;
         auto due = [&](int every) { return last || (every > 0 && step % every == 0); };
         // a resumed run did the evaluations, samples and checkpoint of its first step before it stopped
-        if (!(step == first_step && !a.resume_dir.empty())) {
+        // (unless a signal stopped it right after the step's update)
+        if (!(step == first_step && !a.resume_dir.empty() && run.loop.evals_done)) {
+            run.loop.evals_done = true;  // as the step's checkpoint, if any, will record
             if (due(a.eval_every)) run_evaluate(&run, step);
             if (step > 0 && !run.core_tasks.empty() && due(a.core_every)) run_core(&run, step);
             if (step > 0 && g_ranks.rank == 0 && a.sample_every > 0 && due(a.sample_every)) print_samples(&run.model, &run.tok, step);
-            if (step > 0 && !run.out_dir.empty() && due(a.save_every)) {
-                const std::string path = checkpoint_path(run.out_dir, step);
-                save_checkpoint(path, &run.model, &run.opt, &run.train, run.loop);
-                printf("checkpoint %s\n", path.c_str());
-            }
+            if (step > 0 && !run.out_dir.empty() && due(a.save_every)) run_checkpoint(&run);
         }
         if (last) break;
         run_train_step(&run, step, step == first_step);
+        if (const int sig = stop_requested()) run_stop(&run, sig);
     }
     run_finish(&run);
     return 0;

@@ -14,10 +14,11 @@
 #include <cstring>
 #include <string>
 #include <vector>
-#ifdef _OPENMP
 #include <fcntl.h>
-#include <omp.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
 #endif
 
 // ----------------------------------------------------------------------------------------------------
@@ -25,14 +26,29 @@
 
 static char g_fail_prefix[32] = "";  // "rank R: " once several ranks train (ranks.cuh)
 
+#ifdef XSA_FUZZ
+// The fuzz harnesses (dev/fuzz/) are built with -DXSA_FUZZ: there a rejected input must not end the
+// process, so fail() throws this instead of exiting, and the harness catches it. Normal builds never
+// throw from fail().
+struct FuzzReject {
+    char msg[2048];
+};
+#endif
+
 [[noreturn]] __attribute__((format(printf, 1, 2))) static inline void fail(const char* fmt, ...) {
     char msg[2048];
     va_list args;
     va_start(args, fmt);
     vsnprintf(msg, sizeof msg, fmt, args);
     va_end(args);
+#ifdef XSA_FUZZ
+    FuzzReject r;
+    memcpy(r.msg, msg, sizeof msg);
+    throw r;
+#else
     fprintf(stderr, "error: %s%s\n", g_fail_prefix, msg);  // one write, so that ranks failing together do not interleave
     exit(1);
+#endif
 }
 
 static inline FILE* fopen_or_fail(const char* path, const char* mode) {
@@ -44,6 +60,33 @@ static inline FILE* fopen_or_fail(const char* path, const char* mode) {
 static inline void fread_or_fail(void* dst, size_t size, size_t count, FILE* f, const char* path) {
     if (fread(dst, size, count, f) != count) fail("'%s' is truncated or unreadable", path);
 }
+
+// An input file opened for reading, closed when it goes out of scope (so a parser that rejects it leaves
+// nothing open where fail() throws: the fuzz build), with its size: the parsers bound every count and
+// allocation a file claims by what the file can hold.
+struct InputFile {
+    std::string path;
+    FILE* f = nullptr;
+    uint64_t size = 0;
+    explicit InputFile(const std::string& p) : path(p) {
+        f = fopen_or_fail(path.c_str(), "rb");
+        struct stat st;
+        if (fstat(fileno(f), &st) != 0) fail("cannot stat '%s': %s", path.c_str(), strerror(errno));
+        if (!S_ISREG(st.st_mode)) fail("'%s' is not a regular file", path.c_str());
+        size = (uint64_t)st.st_size;
+    }
+    ~InputFile() {
+        if (f) fclose(f);
+    }
+    InputFile(const InputFile&) = delete;
+    InputFile& operator=(const InputFile&) = delete;
+    void read(void* dst, size_t size, size_t count) { fread_or_fail(dst, size, count, f, path.c_str()); }
+    bool at_end() {
+        char extra;
+        return fread(&extra, 1, 1, f) == 0;
+    }
+    uint64_t left() { return size - std::min<uint64_t>(size, (uint64_t)ftello(f)); }  // bytes not yet read
+};
 
 // Files a run writes (checkpoints, weights, CSVs, the rewritten metrics log) go to PATH.tmp first, which is
 // flushed, fsync'ed and closed with every step checked, then renamed over PATH, and the directory is
@@ -85,6 +128,13 @@ static inline void atomic_commit(AtomicFile* a) {
         fsync(fd);
         close(fd);
     }
+}
+
+// The index of the first NaN or infinity in x (n if none).
+static inline size_t first_non_finite(const float* x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!std::isfinite(x[i])) return i;
+    return n;
 }
 
 static inline void* malloc_or_fail(size_t bytes, const char* what) {

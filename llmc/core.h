@@ -47,18 +47,21 @@ struct CoreTask {
 static inline CoreTask core_task_load(const std::string& path, int vocab_size, int bos_id) {
     CoreTask task;
     task.path = path;
-    FILE* f = fopen_or_fail(path.c_str(), "rb");
+    InputFile f(path);
     int32_t header[256];
-    fread_or_fail(header, sizeof(int32_t), 256, f, path.c_str());
+    f.read(header, sizeof(int32_t), 256);
     if (header[0] != CORE_MAGIC) fail("'%s' is not a CORE task file (magic %d, expected %d); make it with dev/data/core.py", path.c_str(), header[0], CORE_MAGIC);
     if (header[1] != CORE_VERSION) fail("'%s' has CORE task version %d, this build reads version %d", path.c_str(), header[1], CORE_VERSION);
     task.type = header[2];
     if (task.type < 0 || task.type > 2) fail("'%s': unknown task type %d", path.c_str(), task.type);
     const int n_items = header[3];
-    if (n_items < 1) fail("'%s' has %d items", path.c_str(), n_items);
+    // an item takes at least 28 bytes (2 prompt header words, one prompt of >= 2 tokens)
+    if (n_items < 1 || (uint64_t)n_items * 28 > f.left())
+        fail("'%s' has %d items, which its %llu bytes cannot hold; the file is truncated or corrupt", path.c_str(), n_items, (unsigned long long)f.size);
     task.shots = header[4];
+    if (task.shots < 0) fail("'%s': %d few-shot examples", path.c_str(), task.shots);
     if (bos_id < 0) bos_id = header[6];
-    if (header[5] != vocab_size || header[6] != bos_id || bos_id >= vocab_size)
+    if (header[5] != vocab_size || header[6] != bos_id || bos_id < 0 || bos_id >= vocab_size)
         fail("'%s' was tokenized for vocab %d / BOS %d, but the model's tokenizer has vocab %d / BOS %d; rerun dev/data/core.py with this tokenizer",
              path.c_str(), header[5], header[6], vocab_size, bos_id);
     task.bos_id = bos_id;
@@ -69,11 +72,13 @@ static inline CoreTask core_task_load(const std::string& path, int vocab_size, i
     char label[129] = {0};
     memcpy(label, &header[9], 128);
     task.label = label;
-    if (task.label.empty()) fail("'%s' has no task label", path.c_str());
+    if (task.label.empty() || task.label.size() > 127) fail("'%s' has no task label (1 to 127 bytes, NUL-padded)", path.c_str());
+    for (unsigned char c : task.label)  // the label becomes a CSV field and a JSON key
+        if (c < 0x20 || c == 0x7F || c == ',' || c == '"' || c == '\\') fail("'%s': the task label has a control character, comma, quote or backslash", path.c_str());
     for (int i = 0; i < n_items; i++) {
         uint32_t n_prompts, gold;
-        fread_or_fail(&n_prompts, 4, 1, f, path.c_str());
-        fread_or_fail(&gold, 4, 1, f, path.c_str());
+        f.read(&n_prompts, 4, 1);
+        f.read(&gold, 4, 1);
         if (n_prompts < 1 || n_prompts > 64) fail("'%s': item %d has %u prompts", path.c_str(), i, n_prompts);
         if (task.type == CORE_LANGUAGE_MODELING && n_prompts != 1) fail("'%s': language-modeling item %d has %u prompts, expected 1", path.c_str(), i, n_prompts);
         if (gold >= n_prompts) fail("'%s': item %d has gold index %u, but only %u options", path.c_str(), i, gold, n_prompts);
@@ -81,14 +86,14 @@ static inline CoreTask core_task_load(const std::string& path, int vocab_size, i
         item.gold = (int)gold;
         for (uint32_t p = 0; p < n_prompts; p++) {
             uint32_t header3[3];
-            fread_or_fail(header3, 4, 3, f, path.c_str());
+            f.read(header3, 4, 3);
             const uint32_t n = header3[0], start = header3[1], end = header3[2];
-            if (n < 2 || n > (1u << 20)) fail("'%s': item %d prompt %u has %u tokens", path.c_str(), i, p, n);
+            if (n < 2 || n > (1u << 20) || (uint64_t)n * 4 > f.left()) fail("'%s': item %d prompt %u has %u tokens", path.c_str(), i, p, n);
             // the first answer token is predicted from the position before it, so start >= 1
             if (start < 1 || start >= end || end > n)
                 fail("'%s': item %d prompt %u has answer span [%u, %u) outside its %u tokens", path.c_str(), i, p, start, end, n);
             std::vector<uint32_t> ids(n);
-            fread_or_fail(ids.data(), 4, n, f, path.c_str());
+            f.read(ids.data(), 4, n);
             CorePrompt prompt;
             prompt.span_start = (int)start;
             prompt.span_end = (int)end;
@@ -102,9 +107,7 @@ static inline CoreTask core_task_load(const std::string& path, int vocab_size, i
         }
         task.items.push_back(item);
     }
-    char extra;
-    if (fread(&extra, 1, 1, f) != 0) fail("'%s' has bytes after its %d items; the file is corrupt", path.c_str(), n_items);
-    fclose(f);
+    if (!f.at_end()) fail("'%s' has bytes after its %d items; the file is corrupt", path.c_str(), n_items);
     return task;
 }
 

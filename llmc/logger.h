@@ -2,7 +2,8 @@
 // built with JsonLine (keys and strings escaped, numbers in a given printf format, a non-finite number
 // written as null, which JSON has, rather than nan, which it has not) and written by metrics_write, which
 // flushes it at once (a reader such as `tail -f` or a killed run sees every line) and checks every write:
-// a full disk or an I/O error ends the run with one error line instead of a log that silently stops.
+// a full disk or an I/O error ends the run with one error line instead of a log that silently stops, and
+// leaves the file ending in a whole line.
 #pragma once
 
 #include <cmath>
@@ -46,24 +47,46 @@ static inline std::string json_object(const std::map<std::string, std::string>& 
 }
 
 struct MetricsLog {
-    FILE* file = nullptr;  // null: no -o, or not rank 0; every call is then a no-op
+    int fd = -1;          // -1: no -o, or not rank 0; every call is then a no-op
     std::string path;
+    off_t complete = 0;   // bytes of whole lines in the file: a failed write is cut back to here
 };
 
-// mode "w" starts a new log, "a" continues one (after truncate_metrics on resume).
-static inline void metrics_open(MetricsLog* log, const std::string& path, const char* mode) {
+// append: continue the log (after truncate_metrics on resume), else start it anew.
+static inline void metrics_open(MetricsLog* log, const std::string& path, bool append) {
     log->path = path;
-    log->file = fopen_or_fail(path.c_str(), mode);
+    log->fd = open(path.c_str(), O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC), 0644);
+    if (log->fd < 0) fail("cannot open '%s' for writing: %s", path.c_str(), strerror(errno));
+    struct stat st;
+    log->complete = fstat(log->fd, &st) == 0 ? st.st_size : 0;
 }
 
+// One line, written with write(2) (nothing waits in a buffer); a failed or short write is cut back, so
+// the file never ends in a torn line.
 static inline void metrics_write(MetricsLog* log, const JsonLine& line) {
-    if (!log->file) return;
+    if (log->fd < 0) return;
     const std::string text = line.text() + "\n";
-    if (fwrite(text.data(), 1, text.size(), log->file) != text.size() || fflush(log->file) != 0)
-        fail("cannot write to '%s': %s", log->path.c_str(), strerror(errno));
+    size_t done = 0;
+    while (done < text.size()) {
+        const ssize_t n = write(log->fd, text.data() + done, text.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            const int err = n < 0 ? errno : ENOSPC;
+            if (ftruncate(log->fd, log->complete) != 0) {}  // best effort: the error below is what matters
+            log->fd = -1;
+            fail("cannot write to '%s': %s", log->path.c_str(), strerror(err));
+        }
+        done += (size_t)n;
+    }
+    log->complete += (off_t)text.size();
+}
+
+// With each checkpoint: the lines so far are on disk, not only in the page cache.
+static inline void metrics_sync(MetricsLog* log) {
+    if (log->fd >= 0 && fsync(log->fd) != 0) fail("cannot write to '%s': %s", log->path.c_str(), strerror(errno));
 }
 
 static inline void metrics_close(MetricsLog* log) {
-    if (log->file && fclose(log->file) != 0) fail("cannot write to '%s': %s", log->path.c_str(), strerror(errno));
-    log->file = nullptr;
+    if (log->fd >= 0 && close(log->fd) != 0) fail("cannot write to '%s': %s", log->path.c_str(), strerror(errno));
+    log->fd = -1;
 }

@@ -67,8 +67,23 @@ static inline void ranks_barrier() {
 // fails leaves the others waiting for it in the next all-reduce, so they are stopped, after a grace period
 // in which rank 0, if it fails the same way, says why. If it does not, the failed rank's held-back set-up
 // errors (captures[r]: a file its stderr went to during set-up) are shown.
+// The ranks, for the supervisor's signal handler: SIGINT or SIGTERM sent to the supervisor alone (kill PID,
+// a scheduler's pre-emption) is passed on to every rank, which finishes its step and checkpoints.
+static pid_t g_rank_pids[MAX_RANKS];
+static int g_rank_count = 0;
+
+static void ranks_forward_signal(int sig) {
+    for (int r = 0; r < g_rank_count; r++) kill(g_rank_pids[r], sig);
+}
+
 [[noreturn]] static inline void ranks_supervise(const std::vector<pid_t>& pids, const std::vector<FILE*>& captures) {
     const double GRACE_MS = 3000.0;
+    for (pid_t pid : pids) g_rank_pids[g_rank_count++] = pid;
+    struct sigaction forward = {};
+    forward.sa_handler = ranks_forward_signal;
+    forward.sa_flags = SA_RESTART;  // waitpid below goes on waiting
+    sigaction(SIGINT, &forward, nullptr);
+    sigaction(SIGTERM, &forward, nullptr);
     int code = 0, failed_rank = -1;
     bool stopped = false;
     double failed_at = 0.0;
@@ -76,11 +91,12 @@ static inline void ranks_barrier() {
     for (size_t running = pids.size(); running > 0;) {
         int status = 0;
         pid_t pid = waitpid(-1, &status, code == 0 ? 0 : WNOHANG);
+        if (pid < 0 && errno == EINTR) continue;
         if (pid < 0) break;
         if (pid == 0) {  // a rank failed and others still run
             if (!stopped && wall_ms() - failed_at > GRACE_MS) {
                 for (size_t r = 0; r < pids.size(); r++)
-                    if (rank_code[r] < 0) kill(pids[r], SIGTERM);
+                    if (rank_code[r] < 0) kill(pids[r], SIGKILL);  // not SIGTERM: that asks for a step the rank cannot finish
                 stopped = true;
             }
             usleep(10000);
@@ -95,11 +111,14 @@ static inline void ranks_barrier() {
                 if (rank_code[r] != 0 && code == 0) {
                     code = rank_code[r];
                     failed_rank = (int)r;
-                    failed_at = wall_ms();
+                    // a rank that stopped on SIGINT/SIGTERM exited after its last step, as all the ranks do: the
+                    // others are not stopped (rank 0 may still be writing the checkpoint)
+                    const bool stop_requested = WIFEXITED(status) && (code == 128 + SIGINT || code == 128 + SIGTERM);
+                    failed_at = stop_requested ? INFINITY : wall_ms();
                 }
             }
     }
-    const bool rank0_failed = rank_code[0] != 0 && !(stopped && rank_code[0] == 128 + SIGTERM);
+    const bool rank0_failed = rank_code[0] != 0 && !(stopped && rank_code[0] == 128 + SIGKILL);
     if (failed_rank > 0 && !rank0_failed) {
         FILE* f = captures[failed_rank];
         char line[4096];

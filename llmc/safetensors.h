@@ -8,7 +8,9 @@
 // Only F32 and I32 tensors are used by this project; other dtypes are rejected with a clear message.
 #pragma once
 
+#include <cctype>
 #include <map>
+#include <new>
 #include "common.h"
 
 struct SafeTensor {
@@ -90,7 +92,12 @@ struct JsonReader {
                     case 'f': out += '\f'; break;
                     case 'u': {
                         if (pos + 4 > text.size()) error("short \\u escape");
-                        unsigned code = (unsigned)strtoul(text.substr(pos, 4).c_str(), nullptr, 16);
+                        unsigned code = 0;
+                        for (int i = 0; i < 4; i++) {
+                            const char h = text[pos + i];
+                            if (!isxdigit((unsigned char)h)) error("bad \\u escape");
+                            code = code * 16 + (unsigned)(h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
+                        }
                         pos += 4;
                         if (code >= 0xD800 && code <= 0xDFFF) error("surrogate \\u escapes are not supported");
                         if (code < 0x80) out += (char)code;  // encode the code point as UTF-8
@@ -112,9 +119,17 @@ struct JsonReader {
         skip_space();
         size_t start = pos;
         if (pos < text.size() && text[pos] == '-') pos++;
+        const size_t digits = pos;
         while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') pos++;
-        if (pos == start) error("expected an integer");
-        return strtoll(text.substr(start, pos - start).c_str(), nullptr, 10);
+        if (pos == digits) error("expected an integer");
+        errno = 0;
+        const long long v = strtoll(text.substr(start, pos - start).c_str(), nullptr, 10);
+        if (errno == ERANGE) error("integer out of range");
+        return v;
+    }
+    bool at_end() {  // nothing but white space left
+        skip_space();
+        return pos == text.size();
     }
     std::vector<int64_t> integer_array() {
         std::vector<int64_t> out;
@@ -129,21 +144,22 @@ struct JsonReader {
 static inline SafetensorsFile safetensors_read(const std::string& path) {
     SafetensorsFile file;
     file.path = path;
-    FILE* f = fopen_or_fail(path.c_str(), "rb");
-    fseek(f, 0, SEEK_END);
-    long file_size = ftell(f);
-    fseek(f, 0, SEEK_SET);
+    InputFile f(path);
+    const uint64_t file_size = f.size;
     uint64_t header_len = 0;
-    if (file_size < 8) fail("'%s' is not a safetensors file (only %ld bytes)", path.c_str(), file_size);
-    fread_or_fail(&header_len, 8, 1, f, path.c_str());
-    if (header_len > (uint64_t)file_size - 8 || header_len > (100u << 20))
+    if (file_size < 8) fail("'%s' is not a safetensors file (only %llu bytes)", path.c_str(), (unsigned long long)file_size);
+    f.read(&header_len, 8, 1);
+    if (header_len > file_size - 8 || header_len > (100u << 20))
         fail("'%s' is not a safetensors file (header length %llu does not fit the file)", path.c_str(), (unsigned long long)header_len);
     std::string header(header_len, '\0');
-    fread_or_fail(&header[0], 1, header_len, f, path.c_str());
-    size_t data_len = (size_t)file_size - 8 - header_len;
-    file.data.resize(data_len);
-    if (data_len > 0) fread_or_fail(file.data.data(), 1, data_len, f, path.c_str());
-    fclose(f);
+    if (header_len > 0) f.read(&header[0], 1, header_len);
+    const size_t data_len = (size_t)(file_size - 8 - header_len);
+    try {
+        file.data.resize(data_len);
+    } catch (const std::bad_alloc&) {
+        fail("out of memory reading '%s' (%zu bytes of tensor data)", path.c_str(), data_len);
+    }
+    if (data_len > 0) f.read(file.data.data(), 1, data_len);
 
     JsonReader json{header, 0, path.c_str()};
     json.expect('{');
@@ -157,12 +173,14 @@ static inline SafetensorsFile safetensors_read(const std::string& path) {
                     do {
                         std::string k = json.string_value();
                         json.expect(':');
+                        if (file.metadata.count(k)) json.error("duplicate metadata key");
                         file.metadata[k] = json.string_value();
                     } while (json.consume(','));
                     json.expect('}');
                 }
                 continue;
             }
+            if (file.find(key)) json.error("duplicate tensor name");
             SafeTensor t;
             t.name = key;
             bool have_offsets = false;
@@ -185,15 +203,22 @@ static inline SafetensorsFile safetensors_read(const std::string& path) {
             if (t.dtype != "F32" && t.dtype != "I32")
                 fail("'%s': tensor '%s' has dtype %s; xsa-train reads only F32 and I32 (convert bf16 weights to fp32 first)",
                      path.c_str(), t.name.c_str(), t.dtype.c_str());
-            for (int64_t d : t.shape)
+            uint64_t bytes = 4;  // the tensor's size, checked against the data as it is multiplied up (no wrap)
+            for (int64_t d : t.shape) {
                 if (d < 0) fail("'%s': tensor '%s' has a negative dimension", path.c_str(), t.name.c_str());
-            if (t.end > data_len || t.end - t.begin != t.numel() * 4)
+                if (d > 0 && bytes > data_len / (uint64_t)d) bytes = UINT64_MAX;
+                else bytes *= (uint64_t)d;
+            }
+            if (t.begin % 4 != 0)  // the data buffer is read as 4-byte elements
+                fail("'%s': tensor '%s' starts at data offset %zu, not a multiple of 4", path.c_str(), t.name.c_str(), t.begin);
+            if (t.end > data_len || t.end - t.begin != bytes)
                 fail("'%s': tensor '%s' has data_offsets [%zu, %zu] that do not match its shape or the file size (%zu data bytes)",
                      path.c_str(), t.name.c_str(), t.begin, t.end, data_len);
             file.tensors.push_back(t);
         } while (json.consume(','));
         json.expect('}');
     }
+    if (!json.at_end()) json.error("bytes after the JSON object");
     return file;
 }
 

@@ -27,15 +27,20 @@ struct Tokenizer {
 };
 
 static inline void tokenizer_load(Tokenizer* tok, const std::string& path) {
-    FILE* f = fopen_or_fail(path.c_str(), "rb");
+    InputFile f(path);
     int32_t header[256];
-    fread_or_fail(header, sizeof(int32_t), 256, f, path.c_str());
+    f.read(header, sizeof(int32_t), 256);
     if (header[0] != TOKENIZER_MAGIC)
         fail("'%s' is not an xsa-train tokenizer file (magic %d, expected %d); make it with dev/data/climbmix.py", path.c_str(), header[0],
              TOKENIZER_MAGIC);
     if (header[1] != TOKENIZER_VERSION) fail("'%s' has tokenizer version %d, this build reads version %d", path.c_str(), header[1], TOKENIZER_VERSION);
     const int V = header[2], bos = header[3], P = header[4];
     if (V < 2 || V > (1 << 30)) fail("'%s': vocab size %d is out of range", path.c_str(), V);
+    // every token record takes at least 5 bytes: a vocabulary the file cannot hold is corrupt (and must
+    // not size an allocation)
+    if ((uint64_t)V * 5 > f.left())
+        fail("'%s' is truncated or corrupt: vocab size %d needs at least %llu bytes of token records, the file has %llu after its header",
+             path.c_str(), V, (unsigned long long)V * 5, (unsigned long long)f.left());
     if (bos < 0 || bos >= V) fail("'%s': BOS id %d is outside the vocabulary [0, %d)", path.c_str(), bos, V);
     if (P < 0 || P > 1000) fail("'%s': %d sample prompts is out of range", path.c_str(), P);
     *tok = Tokenizer();
@@ -48,21 +53,21 @@ static inline void tokenizer_load(Tokenizer* tok, const std::string& path) {
     for (int i = 0; i < V; i++) {
         uint8_t is_special;
         uint32_t nbytes;
-        fread_or_fail(&is_special, 1, 1, f, path.c_str());
-        fread_or_fail(&nbytes, 4, 1, f, path.c_str());
-        if (nbytes > (1u << 20)) fail("'%s': token %d claims %u bytes; the file is corrupt", path.c_str(), i, nbytes);
+        f.read(&is_special, 1, 1);
+        f.read(&nbytes, 4, 1);
+        if (nbytes > (1u << 20) || nbytes > f.left()) fail("'%s': token %d claims %u bytes; the file is truncated or corrupt", path.c_str(), i, nbytes);
         tok->pieces[i].resize(nbytes);
-        if (nbytes) fread_or_fail(&tok->pieces[i][0], 1, nbytes, f, path.c_str());
+        if (nbytes) f.read(&tok->pieces[i][0], 1, nbytes);
         tok->special[i] = is_special ? 1 : 0;
         tok->token_bytes[i] = is_special ? 0 : (int)nbytes;
     }
     if (!tok->special[bos]) fail("'%s': the BOS id %d is not marked special", path.c_str(), bos);
     for (int p = 0; p < P; p++) {
         uint32_t n;
-        fread_or_fail(&n, 4, 1, f, path.c_str());
-        if (n < 1 || n > (1u << 16)) fail("'%s': sample prompt %d has %u tokens", path.c_str(), p, n);
+        f.read(&n, 4, 1);
+        if (n < 1 || n > (1u << 16) || (uint64_t)n * 4 > f.left()) fail("'%s': sample prompt %d has %u tokens; the file is truncated or corrupt", path.c_str(), p, n);
         std::vector<uint32_t> ids(n);
-        fread_or_fail(ids.data(), 4, n, f, path.c_str());
+        f.read(ids.data(), 4, n);
         std::vector<int> prompt(n);
         for (uint32_t i = 0; i < n; i++) {
             if (ids[i] >= (uint32_t)V) fail("'%s': sample prompt %d has token id %u >= vocab %d", path.c_str(), p, ids[i], V);
@@ -70,9 +75,7 @@ static inline void tokenizer_load(Tokenizer* tok, const std::string& path) {
         }
         tok->prompts.push_back(prompt);
     }
-    char extra;
-    if (fread(&extra, 1, 1, f) != 0) fail("'%s' has trailing bytes after its prompts; the file is corrupt", path.c_str());
-    fclose(f);
+    if (!f.at_end()) fail("'%s' has trailing bytes after its prompts; the file is corrupt", path.c_str());
 }
 
 // The raw bytes of ids (special tokens decode to their names, e.g. "<|bos|>").

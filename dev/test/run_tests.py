@@ -4,14 +4,18 @@ PASS / FAIL / SKIP line per check as it goes, then a subtotal per suite and one 
 `N passed, N failed` (`, N skipped` added when some were). Exits 1 if any check failed.
 
     python3 dev/test/run_tests.py [--compile CMD] [--cuda BIN] [--emu "TARGET ..."] [--no-python] [--cpp BIN]
+                                  [--python GLOB] [--sanitizer-logs DIR]
 
 Suites, in this order:
   * --compile CMD: a shell command that builds the CUDA targets (make test-all: make cuda_targets); 1 check
   * the C++ suite, ./test_xsa_cpu (or --cpp BIN): its own "N passed, N failed" line
-  * every Python suite dev/**/test_*.py (unittest): one check per test, or per subtest where a test has them;
-    run with this interpreter, so `PYTHON=... make test` picks which one
+  * every Python suite dev/**/test_*.py (or --python GLOB) (unittest): one check per test, or per subtest
+    where a test has them; run with this interpreter, so `PYTHON=... make test` picks which one
   * --cuda BIN: the CUDA suite, ./test_xsa_cuda on a GPU: its "N passed, N failed" line
   * --emu "TARGET ...": dev/cuda/emu/run.sh TARGET ... (the CUDA code on the CPU emulator): one check per target
+  * --sanitizer-logs DIR: one check, that the suites left no sanitizer report in DIR (make test-sanitize
+    runs the binaries with ASAN_OPTIONS / UBSAN_OPTIONS log_path=DIR/..., so that a report is seen even
+    where a test did not look at the output or exit code); the reports are printed
 A suite that crashes or exits non-zero without a failed check counts as one failed check.
 
 OMP_WAIT_POLICY=passive unless set: with OpenMP's default spinning, a test binary whose threads share
@@ -208,6 +212,8 @@ def main():
     ap.add_argument("--unittest", metavar="FILE", help=argparse.SUPPRESS)  # internal: one Python suite
     ap.add_argument("--cpp", default="./test_xsa_cpu", help="the C++ suite (default ./test_xsa_cpu); '' leaves it out")
     ap.add_argument("--no-python", action="store_true", help="leave out the Python suites")
+    ap.add_argument("--python", metavar="GLOB", default="dev/**/test_*.py", help="the Python suites (default dev/**/test_*.py)")
+    ap.add_argument("--sanitizer-logs", metavar="DIR", help="one check: no sanitizer report files in DIR after the suites")
     ap.add_argument("--compile", metavar="CMD", help="shell command that compiles the CUDA targets, counted as one check")
     ap.add_argument("--cuda", metavar="BIN", help="the CUDA suite binary (./test_xsa_cuda), on a GPU machine")
     ap.add_argument("--emu", metavar="TARGETS", help="emulator targets of dev/cuda/emu/run.sh, space-separated")
@@ -234,7 +240,7 @@ def main():
         counted_suite(suite, [args.cpp])
         suite.seconds = time.time() - t0
     if not args.no_python:
-        files = sorted(glob.glob(os.path.join(REPO, "dev", "**", "test_*.py"), recursive=True))
+        files = sorted(glob.glob(os.path.join(REPO, args.python), recursive=True))
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1")  # no __pycache__ in the tree
         for path in files:
             rel = os.path.relpath(path, REPO)
@@ -248,6 +254,17 @@ def main():
     if args.emu:
         suite, t0 = start("CUDA emulator: %s" % args.emu)
         emu_suite(suite, args.emu.split())
+        suite.seconds = time.time() - t0
+
+    if args.sanitizer_logs:
+        suite, t0 = start("sanitizer reports in %s" % args.sanitizer_logs)
+        reports = sorted(glob.glob(os.path.join(args.sanitizer_logs, "*")))
+        for path in reports:
+            print("---- %s" % os.path.relpath(path, REPO))
+            with open(path, "rb") as f:
+                print(f.read().decode("utf-8", "replace").rstrip())
+        suite.passed, suite.failed = int(not reports), int(bool(reports))
+        print("%s no sanitizer reports%s" % ("PASS" if not reports else "FAIL", "" if not reports else ": %d, above" % len(reports)))
         suite.seconds = time.time() - t0
 
     passed, failed, skipped = (sum(getattr(s, k) for s in suites) for k in ("passed", "failed", "skipped"))

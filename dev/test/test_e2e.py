@@ -177,7 +177,7 @@ class TestBadData(TempDirTest):
         write_shard(self.path("nobos.bin"), [5, 6, bos, 7], 1)
         rejects(self, base + " -i " + self.q("nobos.bin"), "not BOS")
         rejects(self, base + " -i " + self.q("nothing_*.bin"), "no training shard files match")
-        rejects(self, base + " -i ''", "no training shard files match")
+        rejects(self, base + " -i ''", "option -i needs a value, got an empty one")
         rejects(self, base + " --tokenizer " + self.q("good.bin"), "is not an xsa-train tokenizer file")
         rejects(self, base + " --tokenizer " + self.q("absent.bin"), "cannot open")
 

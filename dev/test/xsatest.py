@@ -27,10 +27,11 @@ def run(argv, want_stdout=True, stdin=subprocess.DEVNULL):
 
 
 def binary(name):
-    """./NAME in the repository root; fails the test if it is not built."""
-    path = os.path.join(REPO, name)
+    """./NAME in the repository root, or in $XSA_BIN_DIR where that is set (make test-sanitize: the
+    sanitizer builds in build/sanitize/); fails the test if it is not built."""
+    path = os.path.join(REPO, os.environ.get("XSA_BIN_DIR", ""), name)
     if not os.access(path, os.X_OK):
-        raise AssertionError("%s is not built: run `make %s` (make test builds it)" % (name, name))
+        raise AssertionError("%s is not built: run `make %s` (make test builds it)" % (path, name))
     return path
 
 

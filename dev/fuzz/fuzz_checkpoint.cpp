@@ -1,0 +1,110 @@
+// fuzz_checkpoint: checkpoint and weight-file metadata, as train_gpt.cu reads it: config_from_metadata
+// (eval_core and --init-from build a model from a file's metadata) and load_checkpoint (--resume: the
+// model and optimizer keys compared with the run's, ranks, batch, data fingerprint, step counters, loss,
+// the weights, optimizer.state and the data-loader state restored).
+//
+// The input is the JSON header of a safetensors file; the harness completes the file with the u64 header
+// length in front and, behind, the data section of a real checkpoint of a tiny model (2 layers, width
+// 24, 2 query heads on 1 kv head, vocabulary 64) that it writes at start-up with save_checkpoint, so the fuzzer mutates what a
+// header says (metadata, dtypes, shapes, offsets) without having to carry 100 KB of weights. A checkpoint
+// that loads is then used: the restored loader packs a batch.
+//
+// XSA_FUZZ_WRITE_SEEDS=DIR ./fuzz_checkpoint writes the tiny checkpoint's header (and the file whole, for
+// fuzz_safetensors) to DIR and exits.
+#define TRAIN_GPT_NO_MAIN  // train_gpt.cu as a library, as test_xsa.cu and eval_core.cpp use it
+#include "train_gpt.cu"
+#include "dev/fuzz/fuzz_util.h"
+
+struct Tiny {
+    GPT model;
+    Optimizer opt;
+    DataLoader data;
+    LoopState loop;
+    std::vector<uint8_t> data_section;  // of the real checkpoint
+};
+static Tiny g;
+static FuzzFile g_file;
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+    try {
+        char dir[] = "/tmp/xsa_fuzz_checkpoint_XXXXXX";
+        if (!mkdtemp(dir)) fail("cannot create a temporary directory: %s", strerror(errno));
+        const std::string shard = std::string(dir) + "/train_000000.bin", ckpt = std::string(dir) + "/ckpt_000003.safetensors";
+        // a shard of 300 documents of 1 to 20 tokens, BOS 0
+        Rng rng{5};
+        std::vector<uint32_t> tokens;
+        for (int d = 0; d < 300; d++) {
+            tokens.push_back(0);
+            for (int i = 0, n = 1 + (int)(rng_next_u64(&rng) % 20); i < n; i++) tokens.push_back(1 + (uint32_t)(rng_next_u64(&rng) % 63));
+        }
+        int32_t header[256] = {SHARD_MAGIC, 2, (int32_t)tokens.size(), 0};
+        FILE* f = fopen(shard.c_str(), "wb");
+        if (!f || fwrite(header, 4, 256, f) != 256 || fwrite(tokens.data(), 4, tokens.size(), f) != tokens.size() || fclose(f) != 0)
+            fail("cannot write '%s'", shard.c_str());
+
+        GPTConfig c;
+        c.vocab_size = 64;
+        c.padded_vocab = padded_vocab_size(64);
+        c.n_layer = 2;
+        c.n_embd = 24;
+        c.n_head = 2;
+        c.n_kv_head = 1;
+        c.head_dim = 12;
+        c.seq_len = 16;
+        c.short_window = 4;
+        c.window_pattern = "SL";
+        c.xsa_alpha = 1.0f;
+        c.xsa_layer = {false, true};
+        OptimArgs a;
+        a.total_batch = 2 * 16;
+        a.num_iterations = 6;
+        a.warmup_steps = 2;
+        TrainingPlan plan = plan_training(c, a);
+        gpt_build(&g.model, c);
+        gpt_init_weights(&g.model, 3);
+        optimizer_init(&g.opt, &g.model, plan.optim);
+        dataloader_init(&g.data, shard, "training shard", 64, 0, 2, 16, 0, 1);
+        for (int s = 0; s < 3; s++) g.loop.smooth_loss = train_step(&g.model, &g.opt, &g.data, 1);
+        g.loop.step = 3;
+        save_checkpoint(ckpt, &g.model, &g.opt, &g.data, g.loop);
+        std::vector<uint8_t> file = fuzz_read_all(ckpt);
+        uint64_t header_len;
+        memcpy(&header_len, file.data(), 8);
+        g.data_section.assign(file.begin() + 8 + header_len, file.end());
+        if (const char* out = getenv("XSA_FUZZ_WRITE_SEEDS")) {
+            fuzz_write_seed(out, "tiny_checkpoint_header", file.data() + 8, header_len);
+            const std::string whole = std::string(out) + "/tiny_checkpoint.safetensors";
+            if (rename(ckpt.c_str(), whole.c_str()) != 0 && system(("cp '" + ckpt + "' '" + whole + "'").c_str()) != 0) exit(1);
+            printf("wrote %s\n", whole.c_str());
+        }
+        // the shard stays: load_checkpoint reads it again (the data fingerprint)
+        static std::string g_dir = dir;
+        atexit([] {
+            if (system(("rm -rf '" + g_dir + "'").c_str()) != 0) fprintf(stderr, "warning: could not remove %s\n", g_dir.c_str());
+        });
+        if (getenv("XSA_FUZZ_WRITE_SEEDS")) exit(0);
+    } catch (const FuzzReject& r) {
+        fprintf(stderr, "fuzz_checkpoint: setting up the tiny model failed: %s\n", r.msg);
+        exit(1);
+    }
+    g_file = fuzz_file("checkpoint");
+    return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    std::vector<uint8_t> file(8);
+    const uint64_t header_len = size;
+    memcpy(file.data(), &header_len, 8);
+    file.insert(file.end(), data, data + size);
+    file.insert(file.end(), g.data_section.begin(), g.data_section.end());
+    const std::string& path = fuzz_write(g_file, file.data(), file.size());
+    // eval_core's and --init-from's path: a model configuration from the metadata
+    fuzz_parse(path, [&] {
+        SafetensorsFile st = safetensors_read(path);
+        GPTConfig c = config_from_metadata(st);
+        (void)c;
+    });
+    // --resume's path, into the tiny model
+    if (fuzz_parse(path, [&] { load_checkpoint(path, &g.model, &g.opt, &g.data, &g.loop, false); })) dataloader_next_batch(&g.data);
+    return 0;
+}

@@ -1,0 +1,16 @@
+// fuzz_tokenizer: a tokenizer file (llmc/tokenizer.h: tokenizer_load). The input is the whole file. An
+// accepted tokenizer decodes its sample prompts and every token, as the trainer's samples do.
+#include "dev/fuzz/fuzz_util.h"
+#include "llmc/tokenizer.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    static FuzzFile file = fuzz_file("tokenizer");
+    const std::string& path = fuzz_write(file, data, size);
+    Tokenizer tok;
+    if (!fuzz_parse(path, [&] { tokenizer_load(&tok, path); })) return 0;
+    size_t total = 0;
+    for (const std::vector<int>& p : tok.prompts) total += printable(tokenizer_decode(&tok, p.data(), p.size())).size();
+    for (int id = 0; id < tok.vocab_size; id++) total += tokenizer_decode(&tok, &id, 1).size() + (size_t)tok.token_bytes[id];
+    if (tok.special[tok.bos_id] != 1 || tok.token_bytes[tok.bos_id] != 0) abort();  // what the loader and bpb rely on
+    return total == 0 ? 0 : 0;
+}

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""Writes the committed seed corpus of the fuzz harnesses, dev/fuzz/corpus/<harness>/ (standard library).
+
+    python3 dev/fuzz/make_seeds.py [--bin DIR]
+
+From the real files (dev/data/devil/, dev/data/core_tasks/, dev/reference/data/: the small ones, or
+their headers), a few crafted ones (edge cases a parser must take or reject), and what the harnesses
+fuzz_checkpoint and fuzz_loader_state derive from a tiny model and loader of their own
+(XSA_FUZZ_WRITE_SEEDS=DIR, built in --bin, default dev/fuzz/bin: make fuzz-build builds them).
+The corpus stays well under 2 MB. Rerun after a format change; make fuzz also regenerates the derived
+seeds at every run, so a stale committed one costs coverage, not correctness.
+"""
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CORPUS = os.path.join(REPO, "dev", "fuzz", "corpus")
+
+
+def read(rel):
+    with open(os.path.join(REPO, rel), "rb") as f:
+        return f.read()
+
+
+def write(harness, name, data):
+    d = os.path.join(CORPUS, harness)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def shard(tokens, version=1, count=None):
+    header = struct.pack("<4i", 20240520, version, len(tokens) if count is None else count & 0xFFFFFFFF,
+                         0 if count is None else count >> 32) + bytes(1008)
+    return header + struct.pack("<%d%s" % (len(tokens), "H" if version == 1 else "I"), *tokens)
+
+
+def tokenizer(pieces, bos, prompts):
+    out = struct.pack("<5i", 20241201, 1, len(pieces), bos, len(prompts)) + bytes(1004)
+    for special, raw in pieces:
+        out += struct.pack("<BI", special, len(raw)) + raw
+    for p in prompts:
+        out += struct.pack("<I%dI" % len(p), len(p), *p)
+    return out
+
+
+def core_task(task_type, items, label=b"t", vocab=4096, bos=4087, shots=0, baseline=25.0):
+    header = struct.pack("<8i", 20241202, 1, task_type, len(items), shots, vocab, bos, -1) + struct.pack("<f", baseline)
+    header += label.ljust(128, b"\0") + bytes(1024 - 36 - 128)
+    out = header
+    for gold, prompts in items:
+        out += struct.pack("<II", len(prompts), gold)
+        for tokens, start, end in prompts:
+            out += struct.pack("<III%dI" % len(tokens), len(tokens), start, end, *tokens)
+    return out
+
+
+def safetensors(header_obj=None, data=b"", raw_header=None):
+    h = raw_header if raw_header is not None else json.dumps(header_obj, separators=(",", ":")).encode()
+    h += b" " * (-(8 + len(h)) % 8)
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def header_of(rel):
+    data = read(rel)
+    n = struct.unpack_from("<Q", data)[0]
+    return json.loads(data[8:8 + n])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bin", default=os.path.join(REPO, "dev", "fuzz", "bin"), help="where the built harnesses are")
+    args = ap.parse_args()
+    if os.path.isdir(CORPUS):
+        shutil.rmtree(CORPUS)
+
+    # token shards: the embedded validation shard, the first documents of the training shard, crafted
+    bos = struct.unpack_from("<i", read("dev/data/devil/tokenizer.bin"), 12)[0]
+    write("fuzz_shard", "devil_val_000000.bin", read("dev/data/devil/val_000000.bin"))
+    train = read("dev/data/devil/train_000000.bin")
+    head = list(struct.unpack_from("<600H", train, 1024))
+    head = head[:max(i for i, t in enumerate(head) if t == bos)]  # whole documents
+    write("fuzz_shard", "devil_train_head.bin", shard(head))
+    write("fuzz_shard", "v2_long_doc.bin", shard([bos] + list(range(1, 70)) + [bos, 5, bos, 6, 7], version=2))
+    write("fuzz_shard", "one_token.bin", shard([bos]))
+    write("fuzz_shard", "huge_count.bin", shard([bos, 1, 2, 3], count=1 << 62))  # 2^62 tokens claimed: must be rejected
+
+    # tokenizer files: the embedded corpus's, a tiny one, one claiming a huge vocabulary
+    write("fuzz_tokenizer", "devil_tokenizer.bin", read("dev/data/devil/tokenizer.bin"))
+    tiny = [(0, b"a"), (0, b"b"), (0, b"\xe2\x82"), (1, b"<|bos|>")]
+    write("fuzz_tokenizer", "tiny.bin", tokenizer(tiny, 3, [[3, 0, 1], [3, 2]]))
+    write("fuzz_tokenizer", "huge_vocab.bin", tokenizer(tiny, 3, [])[:8] + struct.pack("<i", 1 << 30) + tokenizer(tiny, 3, [])[12:])
+
+    # CORE task files: the embedded bundle's, and a minimal one of each type
+    for name in sorted(os.listdir(os.path.join(REPO, "dev/data/core_tasks"))):
+        if name.endswith(".bin"):
+            write("fuzz_core_task", name, read("dev/data/core_tasks/" + name))
+    write("fuzz_core_task", "lm_min.bin", core_task(2, [(0, [([bos, 5, 6], 1, 3)])], label=b"lm", baseline=0.0))
+    write("fuzz_core_task", "mc_min.bin", core_task(0, [(1, [([bos, 5, 6], 2, 3), ([bos, 5, 7, 8], 2, 4)])], label=b"mc"))
+    write("fuzz_core_task", "schema_min.bin", core_task(1, [(0, [([bos, 9, 6], 2, 3), ([bos, 10, 6], 2, 3)])], label=b"s", baseline=50.0))
+
+    # safetensors: a small real file, crafted headers (escapes, empty, zero-size and I32 tensors, metadata only)
+    write("fuzz_safetensors", "core_scores.safetensors", read("dev/reference/data/core_scores.safetensors"))
+    write("fuzz_safetensors", "empty.safetensors", safetensors({}))
+    write("fuzz_safetensors", "escapes.safetensors",
+          safetensors(raw_header=b'{"__metadata__":{"k\\u00e9y":"v\\n\\t\\"\\\\\\/\\u20ac"},'
+                                 b'"a":{"dtype":"F32","shape":[2,1],"data_offsets":[0,8]},'
+                                 b'"b":{"dtype":"I32","shape":[],"data_offsets":[8,12]},'
+                                 b'"z":{"dtype":"F32","shape":[0,5],"data_offsets":[12,12]}}', data=bytes(range(16))))
+    write("fuzz_safetensors", "bf16.safetensors", safetensors({"w": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}}, bytes(8)))
+    for rel in ["dev/reference/data/plain.safetensors", "dev/reference/data/xsa_gqa_ve.safetensors"]:
+        meta = header_of(rel).get("__metadata__", {})
+        write("fuzz_safetensors", os.path.basename(rel) + ".meta", safetensors({"__metadata__": meta}))
+
+    # checkpoint headers: metadata only (every configuration the reference files describe; read with the
+    # tiny checkpoint's data section behind them), then fuzz_checkpoint's own tiny checkpoint header
+    for name in sorted(os.listdir(os.path.join(REPO, "dev/reference/data"))):
+        if name.endswith(".safetensors"):
+            meta = header_of("dev/reference/data/" + name).get("__metadata__", {})
+            if "n_layer" in meta:
+                write("fuzz_checkpoint", name + ".meta", json.dumps({"__metadata__": meta}, separators=(",", ":")).encode())
+
+    # what the harnesses derive from their own tiny model and loader
+    with tempfile.TemporaryDirectory() as tmp:
+        for harness in ["fuzz_checkpoint", "fuzz_loader_state"]:
+            exe = os.path.join(args.bin, harness)
+            if not os.access(exe, os.X_OK):
+                sys.exit("make_seeds: %s is not built (make fuzz-build)" % exe)
+            subprocess.run([exe], env=dict(os.environ, XSA_FUZZ_WRITE_SEEDS=tmp, OMP_NUM_THREADS="1"), check=True,
+                           stdout=subprocess.DEVNULL)
+        for name in sorted(os.listdir(tmp)):
+            data = open(os.path.join(tmp, name), "rb").read()
+            if name.startswith("state_"):
+                write("fuzz_loader_state", name, data)
+            elif name == "tiny_checkpoint_header":
+                write("fuzz_checkpoint", name, data)
+            # (the whole tiny checkpoint, 150 KB, is not kept: its header is the checkpoint seed)
+
+    total = 0
+    for root, _, files in os.walk(CORPUS):
+        for f in files:
+            total += os.path.getsize(os.path.join(root, f))
+    print("dev/fuzz/corpus: %d files, %d bytes" % (sum(len(f) for _, _, f in os.walk(CORPUS)), total))
+    if total > 2 << 20:
+        sys.exit("make_seeds: the corpus is over 2 MB")
+
+
+if __name__ == "__main__":
+    main()
