@@ -1251,6 +1251,29 @@ static double mean_of(const std::vector<double>& v) {
     return v.empty() ? NAN : s / v.size();
 }
 
+// Progress of long work (an evaluation, CORE): a line when it starts, then at most every 30 s a line with
+// what is done, the total and an estimate of the time left, so that a log shows a run is alive. Rank 0 only.
+struct Progress {
+    const char *what, *unit;  // "val bpb", "batches"
+    long total = 0;
+    double start_ms = 0.0, last_ms = 0.0;
+};
+
+static Progress progress_start(const char* what, const char* unit, long total) {
+    Progress p{what, unit, total, wall_ms(), wall_ms()};
+    if (g_ranks.rank == 0) printf("%s: %ld %s\n", what, total, unit);
+    return p;
+}
+
+static void progress_update(Progress* p, long done) {
+    const double now = wall_ms();
+    if (g_ranks.rank != 0 || now - p->last_ms < 30000.0 || done <= 0) return;
+    p->last_ms = now;
+    const double elapsed = (now - p->start_ms) / 1000.0;
+    printf("%s: %ld/%ld %s (%.0f%%) in %.0f s, ETA %.0f s\n", p->what, done, p->total, p->unit, 100.0 * done / p->total, elapsed,
+           elapsed / done * (p->total - done));
+}
+
 // bpb = total nats / (ln 2 * total bytes) over the first `steps` batches of a fresh pass over the
 // validation data. Every rank packs the same batches (val is a single-rank loader) and runs the forward
 // of every world-th one, so the value does not depend on the number of ranks. With diag, also the
@@ -1258,8 +1281,10 @@ static double mean_of(const std::vector<double>& v) {
 static double evaluate_bpb(GPT* model, DataLoader* val, const Tokenizer* tok, int steps, Diagnostics* diag) {
     dataloader_reset(val);
     double sums[2] = {0.0, 0.0};  // nats, bytes
+    Progress progress = progress_start("val bpb", "batches", steps);
     for (int s = 0; s < steps; s++) {
         dataloader_next_batch(val);
+        progress_update(&progress, s);
         if (s % g_ranks.world != g_ranks.rank) continue;
         gpt_forward(model, val->inputs.data(), val->targets.data(), val->B, val->T);
         if (s == 0 && diag) *diag = gpt_diagnostics(model);
@@ -1330,6 +1355,9 @@ static const int CORE_BATCH_ROWS = 32;
 
 static CoreResult core_evaluate(GPT* model, const std::vector<CoreTask>& tasks, int max_per_task) {
     CoreResult result;
+    long all_items = 0, items_done = 0;
+    for (const CoreTask& task : tasks) all_items += max_per_task > 0 ? std::min<long>(max_per_task, (long)task.items.size()) : (long)task.items.size();
+    Progress progress = progress_start("CORE", "items", all_items);
     for (const CoreTask& task : tasks) {
         CoreTaskResult r;
         r.label = task.label;
@@ -1371,7 +1399,9 @@ static CoreResult core_evaluate(GPT* model, const std::vector<CoreTask>& tasks, 
                 }
                 r.correct[i] = core_score_item(task, item, losses, argmax, &r.option_loss[i]) ? 1 : 0;
             }
+            progress_update(&progress, items_done + (long)mine[end - 1] + 1);
         }
+        items_done += n_items;
         if (g_ranks.world > 1) core_share_results(task, &r);
         result.tasks.push_back(r);
     }
@@ -1926,6 +1956,7 @@ struct Run {
     MetricsLog metrics;       // DIR/metrics.jsonl on rank 0
     double flops_per_step = 0.0, peak_flops = 0.0;
     std::vector<double> step_ms;  // every timed step (not the first of a process: it pays for page faults)
+    double start_ms = 0.0;        // when this process started training (the elapsed time in the step lines)
 };
 
 // The first line of DIR/metrics.jsonl: what was run (model, optimizer, batch, data, seed, device), so a
@@ -1937,7 +1968,7 @@ static JsonLine run_line(const Run& run) {
     line.num("ranks", (long long)g_ranks.world).num("batch", (long long)run.B).num("total_batch", (long long)run.plan.total_batch);
     line.num("steps", (long long)run.num_steps).num("seed", (long long)a.seed);
     line.str("train_data", a.train_pattern).str("val_data", a.val_pattern).str("tokenizer", a.tokenizer_path);
-    line.num("eval_tokens", (long long)a.eval_tokens).num("xsa_fused", (long long)a.xsa_fused);
+    line.num("eval_tokens", (long long)run.eval_steps * run.B * run.T).num("xsa_fused", (long long)a.xsa_fused);  // as evaluated
     return line.raw("model", json_object(config_to_metadata(a.config))).raw("optim", json_object(optim_to_metadata(run.plan.optim)));
 }
 
@@ -2091,13 +2122,15 @@ static void run_train_step(Run* run, int step, bool first) {
     }
     const int n = run->num_steps;
     const double tok_per_s = (double)run->plan.total_batch / (dt / 1000.0);
-    const double eta_min = run->step_ms.empty() ? 0.0 : (n - step - 1) * (loop.train_ms / run->step_ms.size()) / 60000.0;
+    const double mean_ms = run->step_ms.empty() ? dt : loop.train_ms / run->step_ms.size();  // the first step alone, until others are timed
+    const double eta_min = (n - step - 1) * mean_ms / 60000.0, elapsed_min = (wall_ms() - run->start_ms) / 60000.0;
     const double flops_per_s = run->flops_per_step / (dt / 1000.0);
     const double mfu = run->peak_flops > 0 ? flops_per_s / run->peak_flops : NAN;  // a CPU, or an unknown GPU: no MFU, not a made-up one
     char mfu_text[32] = "n/a";
     if (std::isfinite(mfu)) snprintf(mfu_text, sizeof mfu_text, "%.1f%%", 100.0 * mfu);
-    printf("step %d/%d (%.1f%%) | loss %.6f (smoothed) | lrm %.4f | %.1f ms | %.0f tok/s | MFU %s | %.2f TFLOP/s | ETA %.1f min\n", step + 1, n,
-           100.0 * (step + 1) / n, loop.smooth_loss / (1.0 - pow(0.9, step + 1)), lrm, dt, tok_per_s, mfu_text, flops_per_s / 1e12, eta_min);
+    printf("step %d/%d (%.1f%%) | loss %.6f (smoothed) | lrm %.4f | %.1f ms | %.0f tok/s | MFU %s | %.2f TFLOP/s | %.1f min, ETA %.1f min\n",
+           step + 1, n, 100.0 * (step + 1) / n, loop.smooth_loss / (1.0 - pow(0.9, step + 1)), lrm, dt, tok_per_s, mfu_text, flops_per_s / 1e12,
+           elapsed_min, eta_min);
     if (first && backend_memory_in_use() > 0)
         printf("device memory in use after the first step: %.2f GiB (measured)\n", backend_memory_in_use() / 1073741824.0);
     metrics_write(&run->metrics, JsonLine().num("step", (long long)step).str("kind", "train").num("loss", loss, "%.8f").num("lr_mult", lrm, "%.8f")
@@ -2177,6 +2210,7 @@ int main(int argc, char** argv) {
     ranks_setup_done();
 
     const int first_step = run.loop.step;
+    run.start_ms = wall_ms();
     for (int step = first_step;; step++) {
         const bool last = step == run.num_steps;
         auto due = [&](int every) { return last || (every > 0 && step % every == 0); };
