@@ -1653,7 +1653,8 @@ static void print_usage() {
         "  --warmdown-ratio F     fraction of steps in the final linear lr warmdown (0.65)\n"
         "  --final-lr-frac F      lr multiplier at the end of the warmdown (0.05)\n"
         "  --momentum-warmup-steps N  Muon momentum 0.85 -> 0.97 over N steps (400)\n"
-        "Data (default: the embedded Devil's Dictionary corpus under dev/data/devil/)\n"
+        "Data (default: the ClimbMix shards that dev/data/climbmix.py wrote into ~/.cache/xsa-train/climbmix\n"
+        "(or $XSA_DATA_DIR) when they are there, else the embedded Devil's Dictionary corpus, dev/data/devil/)\n"
         "  -i, --train PATTERN    training shards, a glob (default dev/data/devil/train_*.bin)\n"
         "  -j, --val PATTERN      validation shards, a glob (default dev/data/devil/val_*.bin)\n"
         "  --tokenizer FILE       tokenizer file; it sets the vocabulary (default dev/data/devil/tokenizer.bin)\n"
@@ -1704,12 +1705,42 @@ struct Args {
     std::string core_dir = "dev/data/core_tasks";
 };
 
+// Without -i, -j and --tokenizer: the ClimbMix shards dev/data/climbmix.py wrote into its default directory
+// (~/.cache/xsa-train/climbmix, or $XSA_DATA_DIR), when they are there, with the CORE task files that
+// dev/data/core.py made for them in its core/ (else CORE is off: the embedded tasks belong to the embedded
+// tokenizer); otherwise the embedded corpus.
+static void default_data(Args* args, bool core_given) {
+    const char* env = getenv("XSA_DATA_DIR");
+    const char* home = getenv("HOME");
+    const std::string dir = env && *env ? env : std::string(home ? home : "") + "/.cache/xsa-train/climbmix";
+    auto exists = [](const std::string& pattern) {
+        glob_t g;
+        const bool found = glob(pattern.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0;
+        globfree(&g);
+        return found;
+    };
+    if (!exists(dir + "/tokenizer.bin") || !exists(dir + "/train_*.bin") || !exists(dir + "/val_*.bin")) return;
+    args->train_pattern = dir + "/train_*.bin";
+    args->val_pattern = dir + "/val_*.bin";
+    args->tokenizer_path = dir + "/tokenizer.bin";
+    printf("data: the ClimbMix shards in %s (found there; -i, -j and --tokenizer choose others)\n", dir.c_str());
+    if (core_given || args->core_every < 0) return;
+    if (exists(dir + "/core/*.bin")) {
+        args->core_dir = dir + "/core";
+    } else {
+        args->core_every = -1;
+        printf("CORE: off, no task files in %s/core (make them: python3 dev/data/core.py --bundle-zip --tokenizer %s/tokenizer.bin "
+               "--out %s/core --max-per-task %d)\n", dir.c_str(), dir.c_str(), dir.c_str(), args->core_max_per_task);
+    }
+}
+
 static Args parse_args(int argc, char** argv) {
     Args args;
     int depth = 12, dim = -1, heads = -1, kv_heads = -1, head_dim = -1, seq_len = 2048, short_window = -1;
     std::string pattern = "SSSL", xsa_layers = "all";
     bool value_embeds = true, smear = true;
     float alpha = 0.0f;
+    bool data_given = false, core_given = false;
     for (int i = 1; i < argc; i++) {
         std::string flag = argv[i];
         if (flag == "-h" || flag == "--help") {
@@ -1762,9 +1793,9 @@ static Args parse_args(int argc, char** argv) {
         else if (flag == "--final-lr-frac") o.final_lr_frac = parse_float(f, value);
         else if (flag == "--momentum-warmup-steps") o.momentum_warmup_steps = parse_int32(f, value);
         else if (flag == "--param-data-ratio") o.param_data_ratio = parse_float(f, value);
-        else if (flag == "-i" || flag == "--train") args.train_pattern = value;
-        else if (flag == "-j" || flag == "--val") args.val_pattern = value;
-        else if (flag == "--tokenizer") args.tokenizer_path = value;
+        else if (flag == "-i" || flag == "--train") args.train_pattern = value, data_given = true;
+        else if (flag == "-j" || flag == "--val") args.val_pattern = value, data_given = true;
+        else if (flag == "--tokenizer") args.tokenizer_path = value, data_given = true;
         else if (flag == "-b" || flag == "--batch") args.batch = (int)at_least(parse_int32(f, value), 1);
         else if (flag == "-B" || flag == "--total-batch") o.total_batch = at_least(parse_int(f, value), 1);
         else if (flag == "-n" || flag == "--steps") args.steps = (int)at_least(parse_int32(f, value), 0);
@@ -1775,7 +1806,7 @@ static Args parse_args(int argc, char** argv) {
         else if (flag == "--save-every") args.save_every = parse_int32(f, value);
         else if (flag == "--core-every") args.core_every = parse_int32(f, value);
         else if (flag == "--core-max-per-task") args.core_max_per_task = parse_int32(f, value);
-        else if (flag == "--core-tasks") args.core_dir = value;
+        else if (flag == "--core-tasks") args.core_dir = value, core_given = true;
         else if (flag == "-o" || flag == "--output") args.output_dir = value;
         else if (flag == "--resume") args.resume_dir = value;
         else if (flag == "--allow-other-data") args.allow_other_data = parse_bool(f, value);
@@ -1830,6 +1861,7 @@ static Args parse_args(int argc, char** argv) {
     // alpha = 0 is standard attention: skip the op rather than run it as a no-op
     if (alpha == 0.0f) c.xsa_layer.assign(depth, false);
     validate_config(c);  // the vocabulary comes from the tokenizer later; the rest is checked now
+    if (!data_given) default_data(&args, core_given);
     return args;
 }
 
@@ -2017,6 +2049,15 @@ static void run_setup_data(Run* run) {
     run->eval_steps = (int)std::max<long>(1, std::min<long>(a.eval_tokens, (long)val_tokens) / micro_tokens);
     printf("data: %zu training shards (%s), %zu validation shards (%llu tokens; %d batches per evaluation%s)\n", run->train.shards.size(),
            a.train_pattern.c_str(), run->val.shards.size(), (unsigned long long)val_tokens, run->eval_steps, world > 1 ? ", shared by the ranks" : "");
+    uint64_t train_tokens = 0;
+    for (const Shard& s : run->train.shards) train_tokens += s.ntokens;
+    const double epochs = (double)run->num_steps * run->plan.total_batch / std::max<double>(1.0, (double)train_tokens);
+    if (epochs > 10.0)
+        printf("warning: this plan reads the %llu training tokens %.0f times over (the model will memorise them)%s\n",
+               (unsigned long long)train_tokens, epochs,
+               a.train_pattern == "dev/data/devil/train_*.bin"
+                   ? "; for real data: python3 -m pip install -r dev/data/requirements.txt && python3 dev/data/climbmix.py (then ./train_gpt finds it)"
+                   : "");
     if (a.core_every < 0) return;
     run->core_tasks = core_tasks_load(a.core_dir, tok.vocab_size, tok.bos_id);
     for (const CoreTask& t : run->core_tasks)  // few-shot examples come from core.py's truncation, not ours

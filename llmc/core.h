@@ -42,6 +42,25 @@ struct CoreTask {
     std::vector<CoreItem> items;
 };
 
+// Well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+static inline bool valid_utf8(const std::string& s) {
+    for (size_t i = 0; i < s.size();) {
+        const unsigned char c = (unsigned char)s[i];
+        const int n = c < 0x80 ? 0 : (c >> 5) == 6 ? 1 : (c >> 4) == 14 ? 2 : (c >> 3) == 30 ? 3 : -1;
+        if (n < 0 || i + n >= s.size()) return false;
+        uint32_t cp = n == 0 ? c : c & (0x3F >> n);
+        for (int k = 1; k <= n; k++) {
+            const unsigned char d = (unsigned char)s[i + k];
+            if ((d >> 6) != 2) return false;
+            cp = (cp << 6) | (d & 0x3F);
+        }
+        static const uint32_t min_cp[4] = {0, 0x80, 0x800, 0x10000};
+        if (cp < min_cp[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+        i += n + 1;
+    }
+    return true;
+}
+
 // Reads one task file; every field is checked against the tokenizer and against itself. bos_id < 0
 // takes the file's (for a model whose tokenizer file is not at hand: the vocab size is still checked).
 static inline CoreTask core_task_load(const std::string& path, int vocab_size, int bos_id) {
@@ -75,6 +94,7 @@ static inline CoreTask core_task_load(const std::string& path, int vocab_size, i
     if (task.label.empty() || task.label.size() > 127) fail("'%s' has no task label (1 to 127 bytes, NUL-padded)", path.c_str());
     for (unsigned char c : task.label)  // the label becomes a CSV field and a JSON key
         if (c < 0x20 || c == 0x7F || c == ',' || c == '"' || c == '\\') fail("'%s': the task label has a control character, comma, quote or backslash", path.c_str());
+    if (!valid_utf8(task.label)) fail("'%s': the task label is not valid UTF-8", path.c_str());
     for (int i = 0; i < n_items; i++) {
         uint32_t n_prompts, gold;
         f.read(&n_prompts, 4, 1);
@@ -88,7 +108,9 @@ static inline CoreTask core_task_load(const std::string& path, int vocab_size, i
             uint32_t header3[3];
             f.read(header3, 4, 3);
             const uint32_t n = header3[0], start = header3[1], end = header3[2];
-            if (n < 2 || n > (1u << 20) || (uint64_t)n * 4 > f.left()) fail("'%s': item %d prompt %u has %u tokens", path.c_str(), i, p, n);
+            if (n < 2 || n > (1u << 20)) fail("'%s': item %d prompt %u has %u tokens", path.c_str(), i, p, n);
+            if ((uint64_t)n * 4 > f.left())
+                fail("'%s' is truncated: item %d prompt %u has %u tokens, past the end of the file", path.c_str(), i, p, n);
             // the first answer token is predicted from the position before it, so start >= 1
             if (start < 1 || start >= end || end > n)
                 fail("'%s': item %d prompt %u has answer span [%u, %u) outside its %u tokens", path.c_str(), i, p, start, end, n);
@@ -124,7 +146,13 @@ static inline std::vector<CoreTask> core_tasks_load(const std::string& dir, int 
     if (names.empty()) fail("'%s' holds no CORE task files (*.bin); make them with dev/data/core.py", dir.c_str());
     std::sort(names.begin(), names.end());
     std::vector<CoreTask> tasks;
-    for (const std::string& name : names) tasks.push_back(core_task_load(dir + "/" + name, vocab_size, bos_id));
+    for (const std::string& name : names) {
+        tasks.push_back(core_task_load(dir + "/" + name, vocab_size, bos_id));
+        for (size_t k = 0; k + 1 < tasks.size(); k++)  // labels key the results (CSV rows, metrics.jsonl)
+            if (tasks[k].label == tasks.back().label)
+                fail("'%s' has the task label '%s', as '%s' does; every task needs its own", tasks.back().path.c_str(), tasks.back().label.c_str(),
+                     tasks[k].path.c_str());
+    }
     return tasks;
 }
 

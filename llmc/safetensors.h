@@ -173,14 +173,14 @@ static inline SafetensorsFile safetensors_read(const std::string& path) {
                     do {
                         std::string k = json.string_value();
                         json.expect(':');
-                        if (file.metadata.count(k)) json.error("duplicate metadata key");
+                        if (file.metadata.count(k)) fail("'%s': metadata key '%s' appears twice in the safetensors header", path.c_str(), k.c_str());
                         file.metadata[k] = json.string_value();
                     } while (json.consume(','));
                     json.expect('}');
                 }
                 continue;
             }
-            if (file.find(key)) json.error("duplicate tensor name");
+            if (file.find(key)) fail("'%s': tensor '%s' appears twice in the safetensors header", path.c_str(), key.c_str());
             SafeTensor t;
             t.name = key;
             bool have_offsets = false;
