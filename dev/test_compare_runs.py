@@ -10,12 +10,11 @@ Standard library only.
 """
 import os
 import shlex
-import shutil
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "test"))
+import xsatest  # noqa: E402
 from xsatest import binary, check_one_error, run  # noqa: E402
 
 COMPARE = [sys.executable, "dev/compare_runs.py"]
@@ -39,18 +38,8 @@ def hand_made_run(alpha, layers, seed, loss, dt_ms, bpb_mid, bpb_end, cos_yv, co
     return s
 
 
-class TempDirTest(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="xsa_compare_")
-        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
-
-    def path(self, *names):
-        return os.path.join(self.dir, *names)
-
-    def write(self, name, text):
-        os.makedirs(os.path.dirname(self.path(name)), exist_ok=True)
-        with open(self.path(name), "w") as f:
-            f.write(text)
+class TempDirTest(xsatest.TempDirTest):
+    PREFIX = "xsa_compare_"
 
 
 class TestHandMadeRuns(TempDirTest):

@@ -64,6 +64,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
         gpt_init_weights(&g.model, 3);
         optimizer_init(&g.opt, &g.model, plan.optim);
         dataloader_init(&g.data, shard, "training shard", 64, 0, 2, 16, 0, 1);
+        g.data.buffer_target = 16;  // a short loader state: quicker to restore, more of it mutated
+        g.data.chunk_docs = 8;
         for (int s = 0; s < 3; s++) g.loop.smooth_loss = train_step(&g.model, &g.opt, &g.data, 1);
         g.loop.step = 3;
         save_checkpoint(ckpt, &g.model, &g.opt, &g.data, g.loop);

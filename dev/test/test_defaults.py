@@ -5,7 +5,6 @@ with a warning when a plan reads it many times over. Standard library only; run 
 import os
 import shutil
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -15,17 +14,13 @@ TINY = "-d 1 --dim 32 --heads 2 -t 32 -b 2 -B 128 --eval-tokens 256 --sample-eve
 DEVIL = os.path.join(xsatest.REPO, "dev", "data", "devil")
 
 
-class DefaultData(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="xsa_defaults_")
-        self.saved = os.environ.get("XSA_DATA_DIR")
+class DefaultData(xsatest.TempDirTest):
+    PREFIX = "xsa_defaults_"
 
-    def tearDown(self):
-        if self.saved is None:
-            os.environ.pop("XSA_DATA_DIR", None)
-        else:
-            os.environ["XSA_DATA_DIR"] = self.saved
-        shutil.rmtree(self.dir, ignore_errors=True)
+    def setUp(self):
+        super().setUp()
+        saved = os.environ.get("XSA_DATA_DIR")
+        self.addCleanup(lambda: os.environ.pop("XSA_DATA_DIR", None) if saved is None else os.environ.update(XSA_DATA_DIR=saved))
 
     def cache(self, with_core):
         """A ClimbMix-style cache directory (the embedded files under climbmix.py's output names)."""

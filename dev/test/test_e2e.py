@@ -17,10 +17,10 @@ import shlex
 import shutil
 import struct
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import xsatest  # noqa: E402
 from xsatest import REPO, binary, check_one_error, read, run  # noqa: E402
 
 # a model small enough for a few steps in about a second (2 micro-batches of 2 rows x 32 tokens per step)
@@ -56,19 +56,8 @@ def train_losses(metrics):
     return out
 
 
-class TempDirTest(unittest.TestCase):
-    """Each test in its own temporary directory, self.dir, removed afterwards."""
-
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="xsa_e2e_")
-        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
-
-    def path(self, *names):
-        return os.path.join(self.dir, *names)
-
-    def q(self, *names):
-        """self.path(...) quoted for an argument string"""
-        return shlex.quote(self.path(*names))
+class TempDirTest(xsatest.TempDirTest):
+    PREFIX = "xsa_e2e_"
 
 
 class TestPresets(unittest.TestCase):

@@ -7,11 +7,9 @@ last checkpoint is lost. Standard library only; run with `make test` or `python3
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
@@ -35,13 +33,12 @@ def metrics_lines(path):
     return lines
 
 
-class Faults(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="xsa_faults_")
-        self.rng = random.Random()  # random times, printed in each check so that a failure can be replayed
+class Faults(xsatest.TempDirTest):
+    PREFIX = "xsa_faults_"
 
-    def tearDown(self):
-        shutil.rmtree(self.dir, ignore_errors=True)
+    def setUp(self):
+        super().setUp()
+        self.rng = random.Random()  # random times, printed in each check so that a failure can be replayed
 
     def start(self, out, steps, extra=()):
         argv = [xsatest.binary("train_gpt_cpu")] + TINY + ["-n", str(steps), "--export-safetensors",

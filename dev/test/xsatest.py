@@ -6,8 +6,11 @@ directory; run them all with `make test` (dev/test/run_tests.py), or one with `p
 """
 import importlib
 import os
+import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import unittest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -90,3 +93,25 @@ def needs_packages(*names):
             setattr(cls, name, failing(getattr(cls, name)))
         return cls
     return decorate
+
+
+class TempDirTest(unittest.TestCase):
+    """Each test in its own temporary directory, self.dir, removed afterwards."""
+    PREFIX = "xsa_test_"
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix=self.PREFIX)
+        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+
+    def path(self, *names):
+        return os.path.join(self.dir, *names)
+
+    def q(self, *names):
+        """self.path(...) quoted for an argument string"""
+        return shlex.quote(self.path(*names))
+
+    def write(self, name, text):
+        """A text file in self.dir (its directories made)."""
+        os.makedirs(os.path.dirname(self.path(name)), exist_ok=True)
+        with open(self.path(name), "w") as f:
+            f.write(text)
