@@ -110,3 +110,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (fuzz_parse(path, [&] { load_checkpoint(path, &g.model, &g.opt, &g.data, &g.loop, false); })) dataloader_next_batch(&g.data);
     return 0;
 }
+
+// A third of the mutations are structural (fuzz_mutate_json: shifted data_offsets, edge values in the
+// metadata, shapes and offsets); the rest are libFuzzer's own.
+extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size, size_t max_size);
+extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, unsigned int seed) {
+    if (seed % 3 == 0) {
+        std::string json((const char*)data, size);
+        if (fuzz_mutate_json(&json, seed / 3) && json.size() <= max_size) {
+            memcpy(data, json.data(), json.size());
+            return json.size();
+        }
+    }
+    return LLVMFuzzerMutate(data, size, max_size);
+}

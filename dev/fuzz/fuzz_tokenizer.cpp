@@ -12,5 +12,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const std::vector<int>& p : tok.prompts) total += printable(tokenizer_decode(&tok, p.data(), p.size())).size();
     for (int id = 0; id < tok.vocab_size; id++) total += tokenizer_decode(&tok, &id, 1).size() + (size_t)tok.token_bytes[id];
     if (tok.special[tok.bos_id] != 1 || tok.token_bytes[tok.bos_id] != 0) abort();  // what the loader and bpb rely on
-    return total == 0 ? 0 : 0;
+    g_fuzz_sink = total;
+    return 0;
 }

@@ -15,6 +15,7 @@
 
 #include <sys/mman.h>
 #include <unistd.h>
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +23,9 @@
 #include <string>
 #include <vector>
 #include "llmc/common.h"
+
+// Where the harnesses put what they read, so that the compiler cannot drop the reads (and ASan sees them).
+static volatile uint64_t g_fuzz_sink;
 
 // An in-memory file and the path the parsers open it by.
 struct FuzzFile {
@@ -65,6 +69,50 @@ static inline bool fuzz_parse(const std::string& name, Fn fn) {
         }
         return false;
     }
+}
+
+// Structure-aware mutations of a safetensors JSON header (fuzz_safetensors, fuzz_checkpoint use them from
+// LLVMFuzzerCustomMutator, for a third of their mutations; libFuzzer's byte-level ones do the rest). They
+// make the changes byte-level mutation almost never makes in one step: a tensor's data_offsets moved by one
+// amount (its length kept: past the data, overlapping, misaligned), a string value (metadata) or a number
+// (shape, offsets) replaced by a value at the edge of a range. Returns false if the header has nothing to
+// change.
+static inline bool fuzz_mutate_json(std::string* json, unsigned seed) {
+    static const char* const strings[] = {"2147483647", "2147483585", "2147483648", "4294967296", "-1", "0", "1", "-2147483648",
+                                          "9223372036854775807", "1e309", "nan", "inf", "-0", "", " 1", "1e3", "0x10", "99999999999999999999"};
+    static const char* const numbers[] = {"0", "1", "3", "4", "4294967295", "4294967296", "2147483648", "9223372036854775807",
+                                          "4611686018427387904", "18446744073709551615", "1073741824", "-1"};
+    std::vector<size_t> at;  // where the chosen kind of value starts
+    const unsigned kind = seed % 3;
+    seed /= 3;
+    if (kind == 0) {  // shift a data_offsets pair
+        for (size_t p = json->find("\"data_offsets\""); p != std::string::npos; p = json->find("\"data_offsets\"", p + 1)) at.push_back(p);
+        if (at.empty()) return false;
+        const size_t open = json->find('[', at[seed % at.size()]), comma = json->find(',', open), close = json->find(']', open);
+        if (open == std::string::npos || comma == std::string::npos || close == std::string::npos || comma > close) return false;
+        const long long a = atoll(json->c_str() + open + 1), b = atoll(json->c_str() + comma + 1);
+        static const long long deltas[] = {1, 2, 4, 8, 64, 4096, -1, -4, -8, 1LL << 32, 1LL << 62};
+        const long long d = deltas[(seed / 7) % (sizeof deltas / sizeof *deltas)];
+        const unsigned long long a2 = (unsigned long long)a + (unsigned long long)d, b2 = (unsigned long long)b + (unsigned long long)d;  // may wrap
+        json->replace(open, close + 1 - open, "[" + std::to_string(a2) + "," + std::to_string(b2) + "]");
+        return true;
+    }
+    if (kind == 1) {  // a string value: "key":"value" -> "key":"edge"
+        for (size_t p = json->find("\":\""); p != std::string::npos; p = json->find("\":\"", p + 1)) at.push_back(p + 3);
+        if (at.empty()) return false;
+        const size_t begin = at[seed % at.size()], end = json->find('"', begin);
+        if (end == std::string::npos) return false;
+        json->replace(begin, end - begin, strings[(seed / 5) % (sizeof strings / sizeof *strings)]);
+        return true;
+    }
+    for (size_t p = 0; p < json->size(); p++)  // a number inside [...]
+        if (((*json)[p] == '[' || (*json)[p] == ',') && p + 1 < json->size() && isdigit((unsigned char)(*json)[p + 1])) at.push_back(p + 1);
+    if (at.empty()) return false;
+    const size_t begin = at[seed % at.size()];
+    size_t end = begin;
+    while (end < json->size() && isdigit((unsigned char)(*json)[end])) end++;
+    json->replace(begin, end - begin, numbers[(seed / 5) % (sizeof numbers / sizeof *numbers)]);
+    return true;
 }
 
 // Writes `data` as the seed file DIR/NAME (the harnesses that derive their seeds from the real files

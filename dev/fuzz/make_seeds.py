@@ -36,8 +36,8 @@ def write(harness, name, data):
 
 
 def shard(tokens, version=1, count=None):
-    header = struct.pack("<4i", 20240520, version, len(tokens) if count is None else count & 0xFFFFFFFF,
-                         0 if count is None else count >> 32) + bytes(1008)
+    count = len(tokens) if count is None else count
+    header = struct.pack("<2i2I", 20240520, version, count & 0xFFFFFFFF, count >> 32) + bytes(1008)
     return header + struct.pack("<%d%s" % (len(tokens), "H" if version == 1 else "I"), *tokens)
 
 
@@ -89,7 +89,8 @@ def main():
     write("fuzz_shard", "devil_train_head.bin", shard(head))
     write("fuzz_shard", "v2_long_doc.bin", shard([bos] + list(range(1, 70)) + [bos, 5, bos, 6, 7], version=2))
     write("fuzz_shard", "one_token.bin", shard([bos]))
-    write("fuzz_shard", "huge_count.bin", shard([bos, 1, 2, 3], count=1 << 62))  # 2^62 tokens claimed: must be rejected
+    # 2^63 + 4 tokens claimed: times 2 bytes, 8 modulo 2^64, the size of the 4 tokens there (must be rejected)
+    write("fuzz_shard", "huge_count.bin", shard([bos, 1, 2, 3], count=(1 << 63) + 4))
 
     # tokenizer files: the embedded corpus's, a tiny one, one claiming a huge vocabulary
     write("fuzz_tokenizer", "devil_tokenizer.bin", read("dev/data/devil/tokenizer.bin"))
