@@ -58,6 +58,7 @@ static const float QK_SCALE = 1.2f;     // q and k are multiplied by 1.2 after Q
 static const float SOFTCAP = 15.0f;     // logits = 15 tanh(logits / 15)
 static const int VOCAB_PAD = 64;        // wte, lm_head and value-embedding tables get ceil(V/64)*64 rows
 static const int MAX_PATTERN = 64;
+static const int MAX_VOCAB = 1 << 24, MAX_WIDTH = 1 << 16, MAX_SEQ_LEN = 1 << 24;  // sanity bounds (validate_config)
 
 struct GPTConfig {
     int vocab_size = 32768;   // V: the tokenizer's vocabulary; logits are sliced to it
@@ -76,7 +77,7 @@ struct GPTConfig {
     std::vector<bool> xsa_layer;  // per layer: run the XSA op (alpha 0 on a selected layer is exact too)
 };
 
-static inline int padded_vocab_size(int V) { return (V + VOCAB_PAD - 1) / VOCAB_PAD * VOCAB_PAD; }
+static inline int padded_vocab_size(int V) { return (int)(((long)V + VOCAB_PAD - 1) / VOCAB_PAD * VOCAB_PAD); }
 // nanochat's ceil(T/4/128)*128 with real division, = ceil(T/512)*128 (rounding T/4 down first would
 // give 128 instead of 256 at T = 514)
 static inline int default_short_window(int T) { return (int)(((long)T + 511) / 512 * 128); }
@@ -151,7 +152,12 @@ static void validate_config(const GPTConfig& c, const char* file = nullptr) {
 #endif
     if (c.n_embd < SMEAR_CHANNELS)
         fail("%s%s must be >= %d (the smear gate reads 24 channels), got %d", where.c_str(), name("--dim", "n_embd"), SMEAR_CHANNELS, c.n_embd);
-    if (c.vocab_size < 2) fail("%sthe vocabulary must have at least 2 tokens, got %d", where.c_str(), c.vocab_size);
+    if (c.vocab_size < 2 || c.vocab_size > MAX_VOCAB) fail("%sthe vocabulary must have 2 to %d tokens, got %d", where.c_str(), MAX_VOCAB, c.vocab_size);
+    // bounds far past any model this trainer can hold, so that no size computed from them can overflow
+    if (c.n_embd > MAX_WIDTH || (long)c.n_head * c.head_dim > MAX_WIDTH || (long)c.n_kv_head * c.head_dim > MAX_WIDTH)
+        fail("%s%s, and heads x head dim, must be at most %d, got %d and %ld", where.c_str(), name("--dim", "n_embd"), MAX_WIDTH, c.n_embd,
+             (long)c.n_head * c.head_dim);
+    if (c.seq_len > MAX_SEQ_LEN) fail("%s%s must be at most %d, got %d", where.c_str(), name("--seq-len", "seq_len"), MAX_SEQ_LEN, c.seq_len);
     if (c.seq_len < 1) fail("%s%s must be >= 1, got %d", where.c_str(), name("--seq-len", "seq_len"), c.seq_len);
     if (c.short_window < 0) fail("%s%s must be >= 0, got %d", where.c_str(), name("--short-window", "short_window"), c.short_window);
     if (c.window_pattern.empty() || c.window_pattern.size() > MAX_PATTERN || c.window_pattern.find_first_not_of("SL") != std::string::npos)

@@ -4,13 +4,13 @@
 // the weights, optimizer.state and the data-loader state restored).
 //
 // The input is the JSON header of a safetensors file; the harness completes the file with the u64 header
-// length in front and, behind, the data section of a real checkpoint of a tiny model (2 layers, width
-// 24, 2 query heads on 1 kv head, vocabulary 64) that it writes at start-up with save_checkpoint, so the fuzzer mutates what a
-// header says (metadata, dtypes, shapes, offsets) without having to carry 100 KB of weights. A checkpoint
-// that loads is then used: the restored loader packs a batch.
+// length in front and, behind, the data section of a real checkpoint of a tiny model (2 layers, width 24,
+// 2 query heads on 1 kv head, vocabulary 64) that it writes at start-up with save_checkpoint, so the
+// fuzzer mutates what a header says (metadata, dtypes, shapes, offsets) without having to carry 150 KB of
+// weights and optimizer state. A checkpoint that loads is then used: the restored loader packs a batch.
 //
-// XSA_FUZZ_WRITE_SEEDS=DIR ./fuzz_checkpoint writes the tiny checkpoint's header (and the file whole, for
-// fuzz_safetensors) to DIR and exits.
+// XSA_FUZZ_WRITE_SEEDS=DIR ./fuzz_checkpoint writes the tiny checkpoint's header (and the whole file) to
+// DIR and exits.
 #define TRAIN_GPT_NO_MAIN  // train_gpt.cu as a library, as test_xsa.cu and eval_core.cpp use it
 #include "train_gpt.cu"
 #include "dev/fuzz/fuzz_util.h"
@@ -27,7 +27,9 @@ static FuzzFile g_file;
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
     try {
-        char dir[] = "/tmp/xsa_fuzz_checkpoint_XXXXXX";
+        const char* tmp = getenv("TMPDIR");  // run_fuzz.py points it into its working directory
+        std::string dir_name = std::string(tmp && *tmp ? tmp : "/tmp") + "/xsa_fuzz_checkpoint_XXXXXX";
+        char* dir = &dir_name[0];
         if (!mkdtemp(dir)) fail("cannot create a temporary directory: %s", strerror(errno));
         const std::string shard = std::string(dir) + "/train_000000.bin", ckpt = std::string(dir) + "/ckpt_000003.safetensors";
         // a shard of 300 documents of 1 to 20 tokens, BOS 0

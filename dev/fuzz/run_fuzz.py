@@ -37,7 +37,7 @@ def last(pattern, text, default="?"):
 def run_one(exe, name, seconds, work, artifacts):
     corpus = os.path.join(work, name)
     os.makedirs(corpus)
-    env = dict(os.environ, OMP_NUM_THREADS="1",
+    env = dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=work,  # what a harness leaves there goes with the working directory
                UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:" + os.environ.get("UBSAN_OPTIONS", ""),
                ASAN_OPTIONS="abort_on_error=0:" + os.environ.get("ASAN_OPTIONS", ""))
     log_path = os.path.join(artifacts, name + ".log")
