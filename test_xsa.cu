@@ -218,6 +218,18 @@ static void test_against_reference(const std::string& path) {
     }
     check(bad == 0, "%s: all %zu gradients rel L2 err <= %.0e (worst %.2e, %s)", path.c_str(), model.table.size(), GRAD_TOL,
           worst, worst_name.c_str());
+    // the step line's gradient norm (sum_squares over the whole gradient) against the reference's gradients
+    double ref_sumsq = 0.0;
+    for (const ParamTensor& t : model.table) {
+        const float* g = ref.get_f32("grad." + t.name, t.numel);
+        for (size_t i = 0; i < t.numel; i++) ref_sumsq += (double)g[i] * g[i];
+    }
+    sum_squares(model.step_sums + 1, model.grads, model.num_params);
+    float sumsq = 0.0f;
+    backend_download(&sumsq, model.step_sums + 1, sizeof sumsq);
+    const double norm_err = fabs(sqrt((double)sumsq) - sqrt(ref_sumsq)) / sqrt(ref_sumsq);
+    check(norm_err <= GRAD_TOL, "%s: gradient norm %.7g vs reference %.7g (rel err %.2e <= %.0e)", path.c_str(), sqrt((double)sumsq),
+          sqrt(ref_sumsq), norm_err, GRAD_TOL);
     gpt_free(&model);
 }
 
@@ -839,6 +851,49 @@ static void test_loss_decreases(bool adamw_only, float alpha) {
     gpt_free(&model);
 }
 
+// 11a. The step's non-finite check: a NaN in the gradient, an inf in the updated parameters and a NaN loss
+// are each found and named (tensor and index); huge but finite values, whose squared norm overflows
+// fp32, are not an error. The values are planted after a real forward and backward of a tiny model.
+
+static void test_step_non_finite() {
+    GPTConfig c = tiny_config(100, 2, 32, 2, 16, 16, 8);
+    GPT model;
+    gpt_build(&model, c);
+    gpt_init_weights(&model, 5);
+    std::vector<int> tokens(2 * 16 + 1);
+    for (size_t i = 0; i < tokens.size(); i++) tokens[i] = (int)(i * 7 % 100);
+    gpt_zero_grad(&model);
+    const float loss = gpt_forward(&model, tokens.data(), tokens.data() + 1, 2, 16);
+    gpt_backward(&model, 1.0f);
+    auto verdict = [&](float step_loss) {  // what train_step's check says of the model's gradient and parameters now
+        float sums[STEP_SUMS] = {step_loss, 0.0f, 0.0f};
+        sum_squares(model.step_sums + 1, model.grads, model.num_params);
+        sum_squares(model.step_sums + 2, model.params, model.num_params);
+        backend_download(sums + 1, model.step_sums + 1, 2 * sizeof(float));
+        return step_non_finite(&model, 7, sums);
+    };
+    const ParamTensor& matrix = model.table[7], &head = model.table[model.table.size() - 7];
+    std::string clean = verdict(loss);
+    auto set = [&](float* buf, size_t i, float v) {  // one element of a backend buffer
+        backend_upload(buf + i, &v, sizeof v);
+    };
+    set(model.grads, matrix.offset + 5, NAN);
+    std::string grad = verdict(loss);
+    set(model.grads, matrix.offset + 5, 0.0f);
+    set(model.params, head.offset + 3, -INFINITY);
+    std::string param = verdict(loss);
+    set(model.params, head.offset + 3, 1e30f);
+    set(model.grads, matrix.offset + 6, 3e30f);
+    std::string huge = verdict(loss);
+    std::string nan_loss = verdict(NAN);
+    const std::string want_grad = "step 7: the gradient has a non-finite value (nan) in " + matrix.name + "[5]";
+    const std::string want_param = "step 7: the updated parameters have a non-finite value (-inf) in " + head.name + "[3]";
+    check(clean.empty() && grad == want_grad && param == want_param && huge.empty() && nan_loss == "the loss is nan at step 7",
+          "step check: clean '%s', NaN gradient '%s', -inf parameter '%s', huge finite values '%s', NaN loss '%s'", clean.c_str(),
+          grad.c_str(), param.c_str(), huge.c_str(), nan_loss.c_str());
+    gpt_free(&model);
+}
+
 // ----------------------------------------------------------------------------------------------------
 // 11b. Phase timing (the benchmark's breakdown): one micro-step of a 3-layer model gives the 12 phases of
 // the model, each timed, each layer's time added to its phase's, and together the whole micro-step
@@ -1039,10 +1094,10 @@ static void test_resume_bit_identical(bool adamw_only) {
     Run full, first, resumed;
     start(&full);
     std::vector<double> full_losses;
-    for (int s = 0; s < 6; s++) full_losses.push_back(train_step(&full.model, &full.opt, &full.data, 2));
+    for (int s = 0; s < 6; s++) full_losses.push_back(train_step(&full.model, &full.opt, &full.data, 2).loss);
     start(&first);
     LoopState loop;
-    for (int s = 0; s < 3; s++) loop.smooth_loss = train_step(&first.model, &first.opt, &first.data, 2);
+    for (int s = 0; s < 3; s++) loop.smooth_loss = train_step(&first.model, &first.opt, &first.data, 2).loss;
     loop.step = 3;
     save_checkpoint(ckpt, &first.model, &first.opt, &first.data, loop);
     stop(&first);
@@ -1050,7 +1105,7 @@ static void test_resume_bit_identical(bool adamw_only) {
     LoopState restored;
     load_checkpoint(ckpt, &resumed.model, &resumed.opt, &resumed.data, &restored, false);
     bool same_losses = restored.step == 3 && restored.smooth_loss == loop.smooth_loss;
-    for (int s = 3; s < 6; s++) same_losses &= train_step(&resumed.model, &resumed.opt, &resumed.data, 2) == full_losses[s];
+    for (int s = 3; s < 6; s++) same_losses &= train_step(&resumed.model, &resumed.opt, &resumed.data, 2).loss == full_losses[s];
     bool same_params = memcmp(full.model.params, resumed.model.params, full.model.num_params * sizeof(float)) == 0;
     bool same_state = memcmp(full.opt.state, resumed.opt.state, full.opt.state_floats * sizeof(float)) == 0;
     bool same_loader = dataloader_state(&full.data) == dataloader_state(&resumed.data);
@@ -1093,7 +1148,7 @@ static void test_ranks_step() {
     a.warmup_steps = 2;
     TrainingPlan plan = plan_training(c, a);
     bool same_optimizer = true;  // the run's optimizer settings, as its run line records them
-    for (const auto& kv : optim_to_metadata(plan.optim)) same_optimizer &= metrics.find("\"" + kv.first + "\": \"" + kv.second + "\"") != std::string::npos;
+    for (const auto& kv : optim_to_metadata(plan.optim)) same_optimizer &= metrics.find("\"" + kv.first + "\": " + kv.second) != std::string::npos;
     Tokenizer tok;
     tokenizer_load(&tok, "dev/data/devil/tokenizer.bin");
     GPT model;
@@ -1103,7 +1158,7 @@ static void test_ranks_step() {
     Optimizer opt;
     optimizer_init(&opt, &model, plan.optim);
     gpt_zero_grad(&model);
-    backend_zero(model.step_loss, sizeof(float));
+    backend_zero(model.step_sums, sizeof(float));
     for (int r = 0; r < 2; r++) {
         DataLoader dl;
         dataloader_init(&dl, "dev/data/devil/train_*.bin", "training shard", tok.vocab_size, tok.bos_id, 2, 32, r, 2);
@@ -1112,7 +1167,7 @@ static void test_ranks_step() {
         dataloader_free(&dl);
     }
     float loss = 0.0f;
-    backend_download(&loss, model.step_loss, sizeof(float));
+    backend_download(&loss, model.step_sums, sizeof(float));
     optimizer_step(&opt, &model);
     double diff = 0.0, norm = 0.0;  // of the updates: W after the step - W before
     for (const ParamTensor& t : model.table) {
@@ -1270,6 +1325,7 @@ int main() {
     test_gemm_fast_vs_naive(67, 45, 530);
     for (bool adamw_only : {false, true})
         for (float alpha : {0.0f, 1.0f}) test_loss_decreases(adamw_only, alpha);
+    test_step_non_finite();
 
     test_phase_timing();
     test_nanochat_counts(12, 768, 6, 286261730, 110100912, 759696048.0);
@@ -1425,14 +1481,14 @@ static void cuda_test_graph_replay(const std::string& path) {
         optimizer_init(&opt, &model, plan_training(c, optim_args).optim);
         for (int step = 0; step < STEPS; step++) {
             gpt_zero_grad(&model);
-            backend_zero(model.step_loss, sizeof(float));
+            backend_zero(model.step_sums, sizeof(float));
             for (int micro = 0; micro < ACCUM; micro++) {
                 const int* batch = tokens.data() + (step * ACCUM + micro) * N;
                 gpt_train_micro_step(&model, batch, batch + 1, B, T, 1.0f / ACCUM);
             }
             optimizer_step(&opt, &model);
             float loss = 0.0f;
-            backend_download(&loss, model.step_loss, sizeof(float));
+            backend_download(&loss, model.step_sums, sizeof(float));
             losses[graphs].push_back(loss);
         }
         gpt_params_to_host(&model);

@@ -486,23 +486,51 @@ static MemoryPlan memory_plan(const GPTConfig& c, int B) {
     return {pc.total * 4.0, pc.total * 4.0, matmul_copy, optimizer_floats * 4.0, (double)count.used};
 }
 
-// The micro-batch rows when -b is not given. CUDA: the largest of 32 (nanochat's device batch), 16, .., 1
-// rows that divides the total batch and whose memory plan fits in 85% of the device (the rest: scratch,
-// cuBLASLt's workspace, the CUDA context). The plan counts XSA's buffers on every layer whether XSA is on
-// or not, so a baseline and its XSA run get the same rows, hence the same data order and validation set.
-// CPU: the largest of 4, 2, 1 that divides the total batch.
-static int default_batch(const GPTConfig& c, long total_batch) {
-    const double device_bytes = (double)backend_device_memory();
+// Whether a plan of `bytes` per process fits in `available` bytes (backend_memory_available; 0: unknown,
+// taken as fitting): at most 85% of it, the rest left for what the plan does not count (CUDA: scratch,
+// cuBLASLt's workspace, the context; CPU: the program, the loader, the OS). The CPU's ranks share one
+// machine's memory; each CUDA rank has its own GPU.
+static bool plan_fits(double bytes, double available) {
+    const double processes = sizeof(floatX) == sizeof(float) ? (double)g_ranks.world : 1.0;  // the CPU backend: fp32 throughout
+    return available <= 0.0 || bytes * processes <= 0.85 * available;
+}
+
+// The micro-batch rows when -b is not given: the largest of 32 (nanochat's device batch), 16, .., 1 on
+// CUDA, of 4, 2, 1 on the CPU, that divides the total batch and whose memory plan fits (plan_fits). The
+// plan counts XSA's buffers on every layer whether XSA is on or not, so a baseline and its XSA run get the
+// same rows, hence the same data order and validation set. Otherwise 1 (which check_memory may refuse).
+static int default_batch(const GPTConfig& c, long total_batch, double available) {
     GPTConfig with_xsa = c;
     with_xsa.xsa_layer.assign(c.n_layer, true);
-    for (int B = device_bytes > 0 ? 32 : 4; B > 1; B /= 2)
-        if (total_batch % ((long)B * c.seq_len) == 0 && (device_bytes == 0 || memory_plan(with_xsa, B).total() <= 0.85 * device_bytes))
-            return B;
+    for (int B = sizeof(floatX) == sizeof(float) ? 4 : 32; B > 1; B /= 2)
+        if (total_batch % ((long)B * c.seq_len) == 0 && plan_fits(memory_plan(with_xsa, B).total(), available)) return B;
     return 1;
+}
+
+// What is wrong with a micro-batch whose memory plan does not fit ("" if it fits), with the largest one
+// that fits and still divides the total batch: said before anything is allocated.
+static std::string memory_problem(const GPTConfig& c, int B, long total_batch, double available) {
+    const double need = memory_plan(c, B).total(), GiB = 1073741824.0;
+    if (plan_fits(need, available)) return "";
+    const bool cpu = sizeof(floatX) == sizeof(float);
+    char what[400];
+    snprintf(what, sizeof what, "%d rows per micro-batch need %.1f GiB of memory%s, more than 85%% of the %.1f GiB %s", B, need / GiB,
+             cpu && g_ranks.world > 1 ? (" x " + std::to_string(g_ranks.world) + " ranks").c_str() : "", available / GiB,
+             cpu ? "the machine has available" : "the GPU has free");
+    char fix[160];
+    snprintf(fix, sizeof fix, ", and even -b 1 needs %.1f GiB: a smaller model (-d) or a machine with more memory", memory_plan(c, 1).total() / GiB);
+    for (int b = B - 1; b >= 1; b--)
+        if (total_batch % ((long)b * c.seq_len * g_ranks.world) == 0 && plan_fits(memory_plan(c, b).total(), available)) {
+            snprintf(fix, sizeof fix, "; -b %d fits (%.1f GiB)", b, memory_plan(c, b).total() / GiB);
+            break;
+        }
+    return std::string(what) + fix;
 }
 
 // ----------------------------------------------------------------------------------------------------
 // The model: parameters, activations and the rotary tables in backend memory; initialisation and weights files
+
+static const int STEP_SUMS = 3;  // GPT::step_sums
 
 struct GPT {
     GPTConfig config;
@@ -523,7 +551,8 @@ struct GPT {
     float* rope_sin = nullptr;
     int rope_T = 0;
     std::vector<float> losses_host;  // per-token losses of the last gpt_forward, for the mean
-    float* step_loss = nullptr;      // (1) backend memory: the training step's mean loss, summed by the micro-steps
+    float* step_sums = nullptr;      // (3) backend memory, one training step's: [0] the mean loss (summed by the micro-steps),
+                                     // [1] the squared norm of the gradient, [2] that of the updated parameters (train_step)
     BackendGraph micro_step_graph;   // the training micro-step (forward, loss, backward) as a CUDA graph
 };
 
@@ -537,7 +566,7 @@ static void gpt_build(GPT* model, const GPTConfig& config) {
     model->grads = (float*)backend_malloc(bytes, "gradients");
     backend_zero(model->params, bytes);
     backend_zero(model->grads, bytes);
-    model->step_loss = (float*)backend_malloc(sizeof(float), "loss");
+    model->step_sums = (float*)backend_malloc(STEP_SUMS * sizeof(float), "step sums");
 #ifdef __CUDACC__
     model->params_mm = (floatX*)backend_malloc(model->num_params * sizeof(floatX), "bf16 weights");
     model->params_host = (float*)calloc(model->num_params, sizeof(float));
@@ -559,7 +588,7 @@ static void gpt_free(GPT* model) {
     backend_free(model->act_memory);
     backend_free(model->rope_cos);
     backend_free(model->rope_sin);
-    backend_free(model->step_loss);
+    backend_free(model->step_sums);
     backend_graph_reset(&model->micro_step_graph);
 #ifdef __CUDACC__
     backend_free(model->params_mm);
@@ -1131,7 +1160,7 @@ static TrainingPlan plan_training(const GPTConfig& model, const OptimArgs& a) {
 // ----------------------------------------------------------------------------------------------------
 // The training step: micro-batches, the ranks' gradient sum, the update
 
-// One micro-step of training on idx/targets (B, T): forward, the loss added into model->step_loss as
+// One micro-step of training on idx/targets (B, T): forward, the loss added into model->step_sums[0] as
 // grad_scale * mean, and the backward accumulating grad_scale * the mean loss's gradient into model->grads.
 // Nothing waits for the device: on CUDA the host goes on to the next batch while this one runs, replayed
 // as one CUDA graph after its first run (backend_graph_run).
@@ -1145,30 +1174,73 @@ static void gpt_train_micro_step(GPT* model, const int* idx, const int* targets,
     const std::vector<uintptr_t> key = {(uintptr_t)B, (uintptr_t)T, (uintptr_t)g_backend.xsa_fused, scale_bits};
     backend_graph_run(&model->micro_step_graph, key, [&] {
         gpt_forward_pass(model, true);
-        loss_sum_accumulate(model->step_loss, grad_scale / (float)N, a.losses, N);
+        loss_sum_accumulate(model->step_sums, grad_scale / (float)N, a.losses, N);
         gpt_backward(model, grad_scale);
     });
 }
 
+// A step's loss, gradient and updated parameters must be finite: a non-finite value would otherwise train
+// on silently (a NaN gradient turns every weight it reaches into NaN) until a checkpoint scan or the next
+// loss sees it. The squared norms come from one reduction each (sum_squares); only when one is not finite
+// are the values read back, to name the first non-finite one. A squared norm can also overflow fp32 with
+// every value finite (values above ~1e19): then the run goes on, with an infinite gradient norm shown.
+// Returns what is wrong ("" if nothing), for train_step to stop with.
+static std::string step_non_finite(const GPT* model, int step, const float* sums) {
+    char what[320];
+    if (!std::isfinite(sums[0])) {
+        snprintf(what, sizeof what, "the loss is %f at step %d", sums[0], step);
+        return what;
+    }
+    const struct { float sumsq; const char* what; float* values; } checks[] = {{sums[1], "the gradient has", model->grads},
+                                                                               {sums[2], "the updated parameters have", model->params}};
+    for (const auto& c : checks) {
+        if (std::isfinite(c.sumsq)) continue;
+        std::vector<float> host(model->num_params);
+        backend_download(host.data(), c.values, model->num_params * sizeof(float));
+        for (const ParamTensor& t : model->table) {
+            const size_t i = first_non_finite(host.data() + t.offset, t.numel);
+            if (i == t.numel) continue;
+            snprintf(what, sizeof what, "step %d: %s a non-finite value (%g) in %s[%zu]", step, c.what, host[t.offset + i], t.name.c_str(), i);
+            return what;
+        }
+    }
+    return "";
+}
+
+// out[0] = sum of x[i]^2 over n fp32 values (deterministic)
+static void sum_squares(float* out, const float* x, size_t n) {
+    backend_zero(out, sizeof(float));
+    dot_accumulate(out, 1.0f, x, x, n);
+}
+
+struct StepResult {
+    double loss;       // the mean training loss of the step's micro-batches (before the update)
+    double grad_norm;  // the L2 norm of the gradient of that mean loss, over every parameter
+};
+
 // One optimizer step: the gradient of the mean loss over `accum` micro-batches on every rank (summed over
 // the ranks: each micro-batch weighs 1 / (accum x ranks)), then the update, the same on every rank.
-// Returns the mean training loss of the micro-batches (before the update); reading it is the step's only
-// wait for the device.
-static double train_step(GPT* model, Optimizer* opt, DataLoader* train, int accum) {
+// Stops the run if the loss, the gradient or the updated parameters are not finite. Reading the step's
+// sums is its only wait for the device.
+static StepResult train_step(GPT* model, Optimizer* opt, DataLoader* train, int accum) {
     gpt_zero_grad(model);
-    backend_zero(model->step_loss, sizeof(float));
+    backend_zero(model->step_sums, sizeof(float));
     const float grad_scale = 1.0f / (float)(accum * g_ranks.world);
     for (int micro = 0; micro < accum; micro++) {
         dataloader_next_batch(train);
         gpt_train_micro_step(model, train->inputs.data(), train->targets.data(), train->B, train->T, grad_scale);
     }
     ranks_sum_floats(model->grads, model->num_params);
-    ranks_sum_floats(model->step_loss, 1);
+    ranks_sum_floats(model->step_sums, 1);
+    sum_squares(model->step_sums + 1, model->grads, model->num_params);
+    const int step = opt->step;
     optimizer_step(opt, model);
-    float loss = 0.0f;
-    backend_download(&loss, model->step_loss, sizeof(float));
-    if (!std::isfinite(loss)) fail("the loss is %f at step %d; stopping (the last checkpoint, if any, is intact)", loss, opt->step - 1);
-    return loss;
+    sum_squares(model->step_sums + 2, model->params, model->num_params);
+    float sums[STEP_SUMS];
+    backend_download(sums, model->step_sums, sizeof sums);
+    const std::string non_finite = step_non_finite(model, step, sums);
+    if (!non_finite.empty()) fail("%s; stopping (the last checkpoint, if any, is intact)", non_finite.c_str());
+    return {sums[0], sqrt((double)sums[1])};
 }
 
 // Several ranks must hold the same weights (they apply the same summed gradients with deterministic
@@ -1265,6 +1337,8 @@ struct Progress {
     double start_ms = 0.0, last_ms = 0.0;
 };
 
+static double g_progress_every_ms = 30000.0;  // --progress-every
+
 static Progress progress_start(const char* what, const char* unit, long total) {
     Progress p{what, unit, total, wall_ms(), wall_ms()};
     if (g_ranks.rank == 0) printf("%s: %ld %s\n", what, total, unit);
@@ -1273,7 +1347,7 @@ static Progress progress_start(const char* what, const char* unit, long total) {
 
 static void progress_update(Progress* p, long done) {
     const double now = wall_ms();
-    if (g_ranks.rank != 0 || now - p->last_ms < 30000.0 || done <= 0) return;
+    if (g_ranks.rank != 0 || now - p->last_ms < g_progress_every_ms || done <= 0) return;
     p->last_ms = now;
     const double elapsed = (now - p->start_ms) / 1000.0;
     printf("%s: %ld/%ld %s (%.0f%%) in %.0f s, ETA %.0f s\n", p->what, done, p->total, p->unit, 100.0 * done / p->total, elapsed,
@@ -1614,8 +1688,7 @@ static void truncate_metrics(const std::string& path, int resume_step) {
 // ----------------------------------------------------------------------------------------------------
 // Command line
 
-static void print_usage() {
-    printf(
+static const char* const USAGE =
         "usage: train_gpt [options]   (every option takes a value: -d 12, --depth 12 or --depth=12)\n"
         "\n"
         "Model\n"
@@ -1673,6 +1746,7 @@ static void print_usage() {
         "  --core-max-per-task N  items per CORE task during training (500; -1 = all)\n"
         "  --core-tasks DIR       task files from dev/data/core.py, tokenized with this run's tokenizer\n"
         "                         (default dev/data/core_tasks, the small bundle for the embedded corpus)\n"
+        "  --progress-every S     while an evaluation or CORE runs, a progress line every S seconds (30)\n"
         "Output\n"
         "  -o, --output DIR       write DIR/metrics.jsonl and checkpoints DIR/ckpt_STEP.safetensors\n"
         "  --save-every N         checkpoint every N steps (default -1: only at the end); needs -o\n"
@@ -1686,7 +1760,37 @@ static void print_usage() {
         "Debugging (CUDA backend; no effect on the CPU)\n"
         "  --xsa-fused 0|1        XSA inside attention's kernels (default 1) or as its own kernels\n"
         "  --cuda-graphs 0|1      replay each training micro-step as a CUDA graph (default 1)\n"
-        "  -h, --help             this text\n");
+        "  -h, --help             this text\n";
+
+// The documented option nearest to an unknown one, from USAGE, so the list of options has one source; ""
+// if none is near: an edit distance (letter case free) of at most a third of the option's length, and 3.
+static std::string nearest_option(const std::string& unknown) {
+    std::string best;
+    size_t best_distance = SIZE_MAX;
+    const std::string usage = USAGE;
+    for (size_t i = usage.find("\n  -"); i != std::string::npos; i = usage.find("\n  -", i + 1)) {
+        size_t p = i + 3;
+        while (p < usage.size() && usage[p] == '-') {  // "-d, --depth N": every option name on the line
+            const size_t end = usage.find_first_of(" ,=\n", p);
+            const std::string name = usage.substr(p, end - p);
+            std::vector<size_t> row(name.size() + 1);  // Levenshtein distance, one row at a time
+            for (size_t j = 0; j <= name.size(); j++) row[j] = j;
+            for (size_t a = 1; a <= unknown.size(); a++) {
+                size_t diagonal = row[0];
+                row[0] = a;
+                for (size_t j = 1; j <= name.size(); j++) {
+                    const size_t change = tolower((unsigned char)unknown[a - 1]) != tolower((unsigned char)name[j - 1]);
+                    const size_t next = std::min({row[j] + 1, row[j - 1] + 1, diagonal + change});
+                    diagonal = row[j];
+                    row[j] = next;
+                }
+            }
+            if (row[name.size()] < best_distance && row[name.size()] <= std::min<size_t>(3, name.size() / 3))
+                best_distance = row[name.size()], best = name;
+            p = usage.compare(end, 2, ", ") == 0 ? end + 2 : usage.size();
+        }
+    }
+    return best;
 }
 
 struct Args {
@@ -1709,6 +1813,7 @@ struct Args {
     int core_every = 2000;
     int core_max_per_task = 500;
     std::string core_dir = "dev/data/core_tasks";
+    float progress_every = 30.0f;  // seconds
 };
 
 // Without -i, -j and --tokenizer: the ClimbMix shards dev/data/climbmix.py wrote into its default directory
@@ -1746,11 +1851,11 @@ static Args parse_args(int argc, char** argv) {
     std::string pattern = "SSSL", xsa_layers = "all";
     bool value_embeds = true, smear = true;
     float alpha = 0.0f;
-    bool data_given = false, core_given = false;
+    bool data_given = false, core_given = false, xsa_layers_given = false;
     for (int i = 1; i < argc; i++) {
         std::string flag = argv[i];
         if (flag == "-h" || flag == "--help") {
-            print_usage();
+            printf("%s", USAGE);
             exit(0);
         }
         std::string inline_value;  // --name=value is the same as --name value
@@ -1779,7 +1884,7 @@ static Args parse_args(int argc, char** argv) {
         else if (flag == "--value-embeds") value_embeds = parse_bool(f, value);
         else if (flag == "--smear") smear = parse_bool(f, value);
         else if (flag == "-x" || flag == "--xsa") alpha = parse_float(f, value);
-        else if (flag == "--xsa-layers") xsa_layers = value;
+        else if (flag == "--xsa-layers") xsa_layers = value, xsa_layers_given = true;
         else if (flag == "--xsa-fused") args.xsa_fused = parse_bool(f, value);
         else if (flag == "--cuda-graphs") args.cuda_graphs = parse_bool(f, value);
         else if (flag == "--ranks") args.ranks = parse_int32(f, value);
@@ -1813,17 +1918,20 @@ static Args parse_args(int argc, char** argv) {
         else if (flag == "--core-every") args.core_every = parse_int32(f, value);
         else if (flag == "--core-max-per-task") args.core_max_per_task = parse_int32(f, value);
         else if (flag == "--core-tasks") args.core_dir = value, core_given = true;
+        else if (flag == "--progress-every") args.progress_every = parse_float(f, value);
         else if (flag == "-o" || flag == "--output") args.output_dir = value;
         else if (flag == "--resume") args.resume_dir = value;
         else if (flag == "--allow-other-data") args.allow_other_data = parse_bool(f, value);
         else if (flag == "--init-from") args.init_from = value;
         else if (flag == "--export-safetensors") args.export_path = value;
+        else if (!nearest_option(flag).empty()) fail("unknown option '%s'; did you mean %s? (see --help)", f, nearest_option(flag).c_str());
         else fail("unknown option '%s' (see --help)", f);
     }
     if (depth < 1 || depth > 1024) fail("--depth must be in [1, 1024], got %d", depth);
     if (args.ranks < 1 || args.ranks > MAX_RANKS) fail("--ranks must be in [1, %d], got %d", MAX_RANKS, args.ranks);
     if (args.eval_every < 1) fail("--eval-every must be >= 1, got %d", args.eval_every);
     if (args.eval_tokens < 1) fail("--eval-tokens must be >= 1, got %ld", args.eval_tokens);
+    if (!(args.progress_every > 0.0f)) fail("--progress-every must be > 0 seconds, got %g", args.progress_every);
     if (args.sample_every < 1 && args.sample_every != -1) fail("--sample-every must be >= 1 or -1, got %d", args.sample_every);
     if (args.save_every < 1 && args.save_every != -1) fail("--save-every must be >= 1 or -1, got %d", args.save_every);
     if (args.core_every < 1 && args.core_every != -1) fail("--core-every must be >= 1 or -1, got %d", args.core_every);
@@ -1866,6 +1974,8 @@ static Args parse_args(int argc, char** argv) {
     c.xsa_layer = parse_layer_spec(xsa_layers, depth);
     // alpha = 0 is standard attention: skip the op rather than run it as a no-op
     if (alpha == 0.0f) c.xsa_layer.assign(depth, false);
+    if (alpha == 0.0f && xsa_layers_given)
+        printf("warning: --xsa-layers %s without -x: alpha is 0, so no layer uses XSA (-x 1 for full XSA on them)\n", xsa_layers.c_str());
     validate_config(c);  // the vocabulary comes from the tokenizer later; the rest is checked now
     if (!data_given) default_data(&args, core_given);
     return args;
@@ -1876,7 +1986,7 @@ static Args parse_args(int argc, char** argv) {
 
 // The model summary, from the configuration alone (nothing is allocated yet, so -n 0 can show the size
 // of any model on any machine).
-static void print_model(const GPTConfig& c, int B) {
+static void print_model(const GPTConfig& c, int B, double available) {
     ParamCounts pc = count_params(c);
     printf("model: depth %d, dim %d, heads %d (kv %d) x %d, vocab %d (padded %d), T %d\n", c.n_layer, c.n_embd, c.n_head,
            c.n_kv_head, c.head_dim, c.vocab_size, c.padded_vocab, c.seq_len);
@@ -1890,8 +2000,9 @@ static void print_model(const GPTConfig& c, int B) {
     const MemoryPlan m = memory_plan(c, B);
     const double MiB = 1 << 20;
     printf("memory plan: parameters %.1f MiB, gradients %.1f MiB, bf16 copy %.1f MiB, optimizer state %.1f MiB (Muon), "
-           "activations for B=%d %.1f MiB; total %.1f MiB\n", m.params / MiB, m.grads / MiB, m.matmul_copy / MiB, m.optimizer / MiB, B,
-           m.acts / MiB, m.total() / MiB);
+           "activations for B=%d %.1f MiB; total %.1f MiB (%s: %.1f MiB)\n", m.params / MiB, m.grads / MiB, m.matmul_copy / MiB,
+           m.optimizer / MiB, B, m.acts / MiB, m.total() / MiB, sizeof(floatX) == sizeof(float) ? "available on this machine" : "free on the GPU",
+           available / MiB);
 }
 
 static void print_plan(const TrainingPlan& plan, int accum) {
@@ -2007,7 +2118,8 @@ static JsonLine run_line(const Run& run) {
     line.num("steps", (long long)run.num_steps).num("seed", (long long)a.seed);
     line.str("train_data", a.train_pattern).str("val_data", a.val_pattern).str("tokenizer", a.tokenizer_path);
     line.num("eval_tokens", (long long)run.eval_steps * run.B * run.T).num("xsa_fused", (long long)a.xsa_fused);  // as evaluated
-    return line.raw("model", json_object(config_to_metadata(a.config))).raw("optim", json_object(optim_to_metadata(run.plan.optim)));
+    return line.raw("model", json_object(config_to_metadata(a.config), {"window_pattern", "xsa_layers"}))
+        .raw("optim", json_object(optim_to_metadata(run.plan.optim), {}));
 }
 
 // Tokenizer, shapes, the training plan and the micro-batch; prints the model and the plan.
@@ -2015,6 +2127,8 @@ static void run_setup_plan(Run* run) {
     Args& a = run->args;
     GPTConfig& c = a.config;
     tokenizer_load(&run->tok, a.tokenizer_path);
+    expand_pattern(a.train_pattern, "training shard");  // a mistyped glob is an error even with -n 0
+    expand_pattern(a.val_pattern, "validation shard");
     c.vocab_size = run->tok.vocab_size;
     c.padded_vocab = padded_vocab_size(c.vocab_size);
     validate_config(c);
@@ -2023,7 +2137,8 @@ static void run_setup_plan(Run* run) {
     run->plan = plan_training(c, optim_args);
     const int world = g_ranks.world;
     run->T = c.seq_len;
-    run->B = a.batch > 0 ? a.batch : default_batch(c, run->plan.total_batch / world);
+    const double available = backend_memory_available();
+    run->B = a.batch > 0 ? a.batch : default_batch(c, run->plan.total_batch / world, available);
     if (a.batch < 0) printf("batch: %d rows per micro-batch (the default for this model and device; -b to set)\n", run->B);
     if (world > 1 && a.batch < 0)  // each rank sized it from its own GPU's memory
         for (const std::vector<int64_t>& b : ranks_gather({run->B}))
@@ -2036,8 +2151,11 @@ static void run_setup_plan(Run* run) {
     if (accum > 1000000) fail("the total batch of %ld tokens would take %ld micro-batches per step (at most 1000000); set -B", run->plan.total_batch, accum);
     run->accum = (int)accum;
     run->num_steps = run->plan.num_iterations;
-    print_model(c, run->B);
+    print_model(c, run->B, available);
     print_plan(run->plan, run->accum);
+    const std::string memory = memory_problem(c, run->B, run->plan.total_batch, available);
+    if (!memory.empty() && a.steps == 0) printf("warning: %s\n", memory.c_str());  // -n 0 shows the plan whatever it needs
+    else if (!memory.empty()) fail("%s", memory.c_str());
     if (a.steps != 0 && run->num_steps < 1)
         fail("the plan has no steps: %.0f target tokens < one batch of %ld tokens (set -n or -B)", run->plan.target_tokens, run->plan.total_batch);
 }
@@ -2115,6 +2233,46 @@ static void run_setup_model(Run* run) {
     }
 }
 
+// Before training: one micro-step timed on a batch of BOS tokens (on CUDA the second of two, the first
+// paying for the graph capture and cuBLASLt's set-up) gives the estimate of a step (x the micro-batches;
+// the update and the ranks' sums are not counted) and of the run's remaining steps, and of its bpb
+// evaluations (forward only: about a third of a micro-step per batch). CORE is not counted. Warns when the
+// run would take more than a day. Nothing of the run changes: train_step clears the gradients and the
+// step's sums, and the grad scale is the run's own, so a captured graph is reused.
+static void run_estimate(Run* run) {
+    const int first = run->loop.step, n = run->num_steps, every = run->args.eval_every;
+    if (first >= n) return;
+    std::vector<int> bos((size_t)run->B * run->T, run->tok.bos_id);
+    const float grad_scale = 1.0f / (float)(run->accum * g_ranks.world);
+    double micro_ms = 0.0;
+    for (int i = 0; i < (sizeof(floatX) == sizeof(float) ? 1 : 2); i++) {
+        const double t0 = wall_ms();
+        gpt_train_micro_step(&run->model, bos.data(), bos.data(), run->B, run->T, grad_scale);
+        float sum;
+        backend_download(&sum, run->model.step_sums, sizeof sum);  // waits for the device
+        micro_ms = wall_ms() - t0;
+    }
+    int evals = 0;  // the bpb evaluations still to run: every `every` steps and at the last
+    for (int step = first; step <= n; step++) evals += step == n || step % every == 0;
+    const double step_s = run->accum * micro_ms / 1000.0, train_s = (n - first) * step_s;
+    const double eval_s = evals * ceil((double)run->eval_steps / g_ranks.world) * micro_ms / 3000.0;
+    auto duration = [](double sec) {
+        char buf[32];
+        if (sec < 1) snprintf(buf, sizeof buf, "%.0f ms", sec * 1000);
+        else if (sec < 120) snprintf(buf, sizeof buf, "%.1f s", sec);
+        else if (sec < 7200) snprintf(buf, sizeof buf, "%.1f min", sec / 60);
+        else if (sec < 172800) snprintf(buf, sizeof buf, "%.1f h", sec / 3600);
+        else snprintf(buf, sizeof buf, "%.1f days", sec / 86400);
+        return std::string(buf);
+    };
+    printf("estimate (one micro-step timed: %.1f ms x %d per step): %s per step, %s for the %d steps %s, + %s for %d val bpb evaluations\n",
+           micro_ms, run->accum, duration(step_s).c_str(), duration(train_s).c_str(), n - first, first > 0 ? "left" : "of the run",
+           duration(eval_s).c_str(), evals);
+    if (train_s + eval_s > 86400.0)
+        printf("warning: this run would take about %s on this backend (%s); a GPU, a smaller model (-d) or fewer steps (-n) would "
+               "shorten it\n", duration(train_s + eval_s).c_str(), backend_device_name().c_str());
+}
+
 // Validation bits per byte and the attention diagnostics: printed and logged.
 static void run_evaluate(Run* run, int step) {
     const double t0 = wall_ms();
@@ -2159,7 +2317,8 @@ static void run_train_step(Run* run, int step, bool first) {
     LoopState& loop = run->loop;
     const double t0 = wall_ms();
     const double lrm = lr_multiplier(run->opt.config, run->opt.step);
-    const double loss = train_step(&run->model, &run->opt, &run->train, run->accum);
+    const StepResult result = train_step(&run->model, &run->opt, &run->train, run->accum);
+    const double loss = result.loss;
     const double dt = wall_ms() - t0;
     loop.step = step + 1;
     loop.smooth_loss = 0.9 * loop.smooth_loss + 0.1 * loss;
@@ -2175,12 +2334,13 @@ static void run_train_step(Run* run, int step, bool first) {
     const double mfu = run->peak_flops > 0 ? flops_per_s / run->peak_flops : NAN;  // a CPU, or an unknown GPU: no MFU, not a made-up one
     char mfu_text[32] = "n/a";
     if (std::isfinite(mfu)) snprintf(mfu_text, sizeof mfu_text, "%.1f%%", 100.0 * mfu);
-    printf("step %d/%d (%.1f%%) | loss %.6f (smoothed) | lrm %.4f | %.1f ms | %.0f tok/s | MFU %s | %.2f TFLOP/s | %.1f min, ETA %.1f min\n",
-           step + 1, n, 100.0 * (step + 1) / n, loop.smooth_loss / (1.0 - pow(0.9, step + 1)), lrm, dt, tok_per_s, mfu_text, flops_per_s / 1e12,
-           elapsed_min, eta_min);
+    printf("step %d/%d (%.1f%%) | loss %.6f (smoothed) | grad norm %.4f | lrm %.4f | %.1f ms | %.0f tok/s | MFU %s | %.2f TFLOP/s | %.1f min, "
+           "ETA %.1f min\n",
+           step + 1, n, 100.0 * (step + 1) / n, loop.smooth_loss / (1.0 - pow(0.9, step + 1)), result.grad_norm, lrm, dt, tok_per_s, mfu_text,
+           flops_per_s / 1e12, elapsed_min, eta_min);
     if (first && backend_memory_in_use() > 0)
         printf("device memory in use after the first step: %.2f GiB (measured)\n", backend_memory_in_use() / 1073741824.0);
-    metrics_write(&run->metrics, JsonLine().num("step", (long long)step).str("kind", "train").num("loss", loss, "%.8f").num("lr_mult", lrm, "%.8f")
+    metrics_write(&run->metrics, JsonLine().num("step", (long long)step).str("kind", "train").num("loss", loss, "%.8f").num("grad_norm", result.grad_norm, "%.6g").num("lr_mult", lrm, "%.8f")
                                      .num("dt_ms", dt, "%.3f").num("tok_per_s", tok_per_s, "%.1f").num("mfu", mfu, "%.6f"));
 }
 
@@ -2248,10 +2408,12 @@ int main(int argc, char** argv) {
     backend_init();
     g_backend.xsa_fused = a.xsa_fused;
     g_backend.graphs = a.cuda_graphs;
+    g_progress_every_ms = a.progress_every * 1000.0;
     run_setup_plan(&run);
     if (a.steps == 0) return 0;  // -n 0: the model and the plan only
     run_setup_data(&run);
     run_setup_model(&run);
+    if (g_ranks.rank == 0) run_estimate(&run);
     run.flops_per_step = flops_per_token(a.config) * (double)run.plan.total_batch;
     run.peak_flops = backend_peak_flops() * g_ranks.world;  // MFU of all the ranks' GPUs together
     ranks_setup_done();

@@ -24,7 +24,7 @@ TINY = "-d 1 --dim 32 --heads 2 -t 32 -b 2 -B 128 --warmup-steps 2 --eval-every 
 def hand_made_run(alpha, layers, seed, loss, dt_ms, bpb_mid, bpb_end, cos_yv, cos_zv, core):
     """metrics.jsonl of a 5-step run: the run line, evals at 0, (3,) 5, train lines, diagnostics, CORE."""
     s = ('{"step": 0, "kind": "run", "batch": 2, "steps": 5, "seed": %d, "device": "dev%d", '
-         '"model": {"n_layer": "2", "xsa_alpha": "%s", "xsa_layers": "%s"}, "optim": {"optim.muon_eq": "1"}}\n' % (seed, seed, alpha, layers))
+         '"model": {"n_layer": 2, "xsa_alpha": %s, "xsa_layers": "%s"}, "optim": {"optim.muon_eq": 1}}\n' % (seed, seed, alpha, layers))
     s += '{"step": 0, "kind": "eval", "val_bpb": 2.0, "eval_tokens": 64}\n'
     mfu = [0.1, 0.40, 0.42, 0.39, 0.41]
     for i in range(5):
@@ -62,7 +62,7 @@ class TestHandMadeRuns(TempDirTest):
         # smoothed (debiased EMA 0.9) curves differ most at step 2: 0.804 / 0.271 - 0.794 / 0.271 = 0.0369;
         # median ms over steps 1-4 (step 0 left out): 100.5 and 101.5, +1.00% (with step 0: 101 and 102, +0.99%);
         # MFU median of 0.40 0.42 0.39 0.41 = 40.5%; diagnostics: means 0.4 -> 0.3 and 0.4 -> 0.0.
-        expected = ['model.xsa_alpha: base "0" | xsa "1"', 'model.xsa_layers: base "" | xsa "0,1"',
+        expected = ['model.xsa_alpha: base 0 | xsa 1', 'model.xsa_layers: base "" | xsa "0,1"',
                     "val bpb at step 5 (last common)  0.8484  0.8457 (-0.0027, -0.32%)",
                     "best val bpb (any step)          0.8400  0.8457 (+0.0057, +0.68%)", "CORE at step 5", "0.1602  0.1508 (-0.0094, -5.87%)",
                     "t2 (centered)", "0.1204  0.1016 (-0.0188)", "1.2500  1.2000 (-0.0500, -4.00%)",
@@ -97,7 +97,7 @@ class TestRealRuns(TempDirTest):
         code_b, out_b = run([binary("train_gpt_cpu")] + flags + ["-x", "1", "-o", self.path("real_xsa")])
         self.assertTrue(code_a == 0 and code_b == 0, "train_gpt exit %d and %d:\n%s\n%s" % (code_a, code_b, out_a, out_b))
         code, out = run(COMPARE + [self.path("real_base"), self.path("real_xsa")])
-        self.assertTrue(code == 0 and 'settings that differ:\n  model.xsa_alpha: real_base "0" | real_xsa "1"\n  model.xsa_layers: ' in out and
+        self.assertTrue(code == 0 and 'settings that differ:\n  model.xsa_alpha: real_base 0 | real_xsa 1\n  model.xsa_layers: ' in out and
                         "WARNING" not in out and "CORE at step 3" in out and "cos(z, v) after XSA" in out, "exit %d, output:\n%s" % (code, out))
 
 

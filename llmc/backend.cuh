@@ -141,7 +141,25 @@ static inline size_t backend_device_memory_query(bool in_use) {
 #endif
 }
 static inline size_t backend_memory_in_use() { return backend_device_memory_query(true); }
-static inline size_t backend_device_memory() { return backend_device_memory_query(false); }
+
+// The memory a run can plan for, in bytes: the device's free memory on CUDA, the host's available memory
+// on the CPU (MemAvailable of /proc/meminfo: free memory plus what the kernel can reclaim); 0 if unknown.
+static inline double backend_memory_available() {
+#ifdef __CUDACC__
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
+    return (double)free_bytes;
+#else
+    FILE* f = fopen("/proc/meminfo", "r");
+    if (!f) return 0.0;
+    char line[256];
+    double kib = 0.0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1) break;
+    fclose(f);
+    return kib * 1024.0;
+#endif
+}
 
 // bf16 dense peak of this device in FLOP/s for MFU (nanochat's table, H100/H200), 0 if unknown: then no
 // MFU is printed rather than a made-up one.
@@ -357,7 +375,8 @@ static inline void lambda_mix_backward(floatX* dout, floatX* dx0, float* da, flo
     CUDA_OR_CPU(lambda_mix_backward_cuda(dout, dx0, da, db, x, x0, a, b, n, g_backend.scratch, g_backend.stream),
                 lambda_mix_backward_cpu(dout, dx0, da, db, x, x0, a, b, n));
 }
-static inline void dot_accumulate(float* out, float factor, const floatX* x, const floatX* y, size_t n) {
+template <typename T>  // floatX (activations) or float (gradients and parameters; the same type on the CPU)
+static inline void dot_accumulate(float* out, float factor, const T* x, const T* y, size_t n) {
     CUDA_OR_CPU(dot_accumulate_cuda(out, factor, x, y, n, g_backend.scratch, g_backend.stream), dot_accumulate_cpu(out, factor, x, y, n));
 }
 static inline void add_inplace(floatX* y, const floatX* x, size_t n) {

@@ -6,6 +6,7 @@
 // leaves the file ending in a whole line.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -39,10 +40,21 @@ struct JsonLine {
     }
 };
 
-// A JSON object of string values (the metadata maps of a checkpoint: model and optimizer settings).
-static inline std::string json_object(const std::map<std::string, std::string>& m) {
+// A JSON object from a metadata map of a checkpoint (model and optimizer settings, all strings there):
+// the keys in `text_keys` as strings, every other value as the number it holds (written as it is, since
+// it was printed as a number; a value that is not one is an internal error, not a malformed line).
+static inline std::string json_object(const std::map<std::string, std::string>& m, const std::vector<std::string>& text_keys) {
     JsonLine o;
-    for (const auto& kv : m) o.str(kv.first.c_str(), kv.second);
+    for (const auto& kv : m) {
+        if (std::find(text_keys.begin(), text_keys.end(), kv.first) != text_keys.end()) {
+            o.str(kv.first.c_str(), kv.second);
+            continue;
+        }
+        char* end = nullptr;
+        const double v = strtod(kv.second.c_str(), &end);
+        if (kv.second.empty() || *end != '\0' || !std::isfinite(v)) fail("internal: setting %s = '%s' is not a number", kv.first.c_str(), kv.second.c_str());
+        o.raw(kv.first.c_str(), kv.second);
+    }
     return o.text();
 }
 

@@ -87,8 +87,9 @@ __global__ void __launch_bounds__(256) lambda_mix_forward_kernel(floatX* out, co
 }
 
 // First pass of a dot product: partials[blockIdx.x] = sum over this block's strided elements of x * y.
-template <bool VEC>
-__global__ void __launch_bounds__(DOT_THREADS) dot_partial_kernel(float* partials, const floatX* x, const floatX* y, size_t n) {
+// T: floatX (activations) or float (the fp32 gradients and parameters, for their norms).
+template <bool VEC, typename T>
+__global__ void __launch_bounds__(DOT_THREADS) dot_partial_kernel(float* partials, const T* x, const T* y, size_t n) {
     __shared__ float shared[32];
     float acc = 0.0f;
     const size_t stride = (size_t)gridDim.x * blockDim.x * 8;
@@ -227,11 +228,11 @@ static inline void lambda_mix_backward_cuda(floatX* dout, floatX* dx0, float* da
     cudaCheckLaunch();
 }
 
-// out[0] += factor * sum(x (n) * y (n)); scratch: DOT_SCRATCH_FLOATS
-static inline void dot_accumulate_cuda(float* out, float factor, const floatX* x, const floatX* y, size_t n, float* scratch,
-                                       cudaStream_t stream) {
-    if (aligned16(x) && aligned16(y)) dot_partial_kernel<true><<<DOT_PARTIALS, DOT_THREADS, 0, stream>>>(scratch, x, y, n);
-    else dot_partial_kernel<false><<<DOT_PARTIALS, DOT_THREADS, 0, stream>>>(scratch, x, y, n);
+// out[0] += factor * sum(x (n) * y (n)), x and y floatX or float; scratch: DOT_SCRATCH_FLOATS
+template <typename T>
+static inline void dot_accumulate_cuda(float* out, float factor, const T* x, const T* y, size_t n, float* scratch, cudaStream_t stream) {
+    if (aligned16(x) && aligned16(y)) dot_partial_kernel<true, T><<<DOT_PARTIALS, DOT_THREADS, 0, stream>>>(scratch, x, y, n);
+    else dot_partial_kernel<false, T><<<DOT_PARTIALS, DOT_THREADS, 0, stream>>>(scratch, x, y, n);
     cudaCheckLaunch();
     dot_finish_kernel<<<1, DOT_PARTIALS, 0, stream>>>(out, out, factor, scratch);
     cudaCheckLaunch();

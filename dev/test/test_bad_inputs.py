@@ -677,6 +677,19 @@ class TestCheckpoints(Case):
         f = craft.st_replace_tensor(self.fx.ckpt3, "optimizer.state", "F32", [4], b"\0" * 16)
         self.resume_case(f, ["optimizer.state"])
 
+    def test_update_overflows(self):
+        """checkpoint: a finite but huge AdamW first moment (3e38, second moment 0) for wte[0] -> the update of step 3 overflows:
+        one error naming the step, the updated parameters and the tensor; no checkpoint or export with the value"""
+        wte = 4096 * 32  # transformer.wte.weight's elements: its m, then its v, open optimizer.state
+        f = craft.st_set_values(self.fx.ckpt3, "optimizer.state", {0: 3e38, wte: 0.0})
+        d = self.path("run")
+        self.file(os.path.join("run", "ckpt_000003.safetensors"), f)
+        self.file(os.path.join("run", "metrics.jsonl"), self.fx.metrics)
+        export = self.path("run", "final.safetensors")
+        self.rejects(train(BASE + " --save-every 1 --resume %s --export-safetensors %s" % (q(d), q(export))),
+                     ["step 3", "updated parameters", "transformer.wte.weight[0]"])
+        self.assertEqual(sorted(os.listdir(d)), [".lock", "ckpt_000003.safetensors", "metrics.jsonl"], "files written after the overflow")
+
     def test_loader_state_wrong_length(self):
         """checkpoint: dataloader.state one int64 longer than its buffer count says -> one error naming the checkpoint"""
         state = craft.st_loader_state(self.fx.ckpt3) + [0]

@@ -108,9 +108,9 @@ class TestRunAndResume(TempDirTest):
         metrics_a = read(os.path.join(a, "metrics.jsonl")).decode()
         checkpoints = read(os.path.join(a, "ckpt_000003.safetensors")) != b"" and read(os.path.join(a, "ckpt_000006.safetensors")) != b""
         train_lines, eval_lines = metrics_a.count('"kind": "train"'), metrics_a.count('"kind": "eval"')
-        keys = (metrics_a.startswith('{"step": 0, "kind": "run", ') and metrics_a.count('"xsa_alpha": "1"') == 1 and
+        keys = (metrics_a.startswith('{"step": 0, "kind": "run", ') and metrics_a.count('"xsa_alpha": 1,') == 1 and metrics_a.count('"n_layer": 1,') == 1 and
                 metrics_a.count('{"step": 0, "kind": "eval", "val_bpb": ') == 1 and metrics_a.count('"lr_mult": ') == 6 and
-                metrics_a.count('"dt_ms": ') == 6 and metrics_a.count('"tok_per_s": ') == 6 and metrics_a.count('"mfu": ') == 6 and
+                metrics_a.count('"dt_ms": ') == 6 and metrics_a.count('"grad_norm": ') == 6 and metrics_a.count('"tok_per_s": ') == 6 and metrics_a.count('"mfu": ') == 6 and
                 metrics_a.count('{"step": 5, "kind": "train"') == 1 and metrics_a.count('{"step": 6, "kind": "eval"') == 1)
         with self.subTest("train_gpt --sample-every -1 prints no samples, not even at the end"):
             self.assertNotIn("samples at step", out)
