@@ -13,7 +13,11 @@ The first run is the baseline; every other run is compared with it. Printed:
   * the attention diagnostics (dev/docs/model.md#xsa-diagnostics) at the last common evaluation: means
     over layers, and with --layers one row per layer;
   * cost: time per step and tokens/s (median, p10-p90, over the timed steps: step 0 pays for allocations
-    and graph capture and is left out), MFU, and each run's step-time overhead against the baseline.
+    and graph capture and is left out), MFU, and each run's step-time overhead against the baseline,
+    given only when both runs' step times are steady (p10-p90 spread within 10% of the median; a wider
+    spread means a shared or throttled machine, and the overhead is then said to be untrustworthy).
+Each run is one seed: the table says so, with the noise one run shows (the step-to-step loss noise over
+the last 10% of the steps, and the step-time spread). Seed-to-seed differences need several runs per arm.
 
 Standard library only. Every bad input ends with one "error:" line and exit code 1.
 """
@@ -123,6 +127,17 @@ def smoothed_losses(train, steps):
     return out
 
 
+def loss_noise(train, steps):
+    """The loss's noise from step to step over `steps`: the standard deviation of the changes between
+    consecutive steps over sqrt 2 (the slow trend cancels in the changes); None for fewer than 3 steps."""
+    if len(steps) < 3:
+        return None
+    return statistics.stdev(train[b]["loss"] - train[a]["loss"] for a, b in zip(steps, steps[1:])) / math.sqrt(2.0)
+
+
+STEADY_SPREAD = 0.10  # the p10-p90 spread of step times, over their median, above which a machine was not steady
+
+
 def fmt(x, digits):
     if x is None:
         return "n/a"
@@ -179,6 +194,8 @@ def compare(runs, per_layer):
               "models, data or schedules, so differences below are not XSA's alone")
     table = Table(runs)
 
+    print("\nnote: one run per arm (one seed each): the differences below are single-run, and seed-to-seed noise is not "
+          "measured here; the within-run noise is shown (loss noise, step-time spread). Several seeds per arm tell effects from noise.")
     print("\n== quality")
     step = common_last(runs, "eval")
     if step is not None:
@@ -206,6 +223,8 @@ def compare(runs, per_layer):
         curves = [smoothed_losses(r["train"], steps) for r in runs]
         gap = [0.0] + [max(abs(c[s] - curves[0][s]) for s in steps) for c in curves[1:]]
         table.add(f"max |smoothed loss - baseline's|, steps 0-{steps[-1]}", gap, 4, relative=False)
+        table.add(f"loss noise, steps {tail[0]}-{tail[-1]} (sd of step-to-step changes / sqrt 2)", [loss_noise(r["train"], tail) for r in runs],
+                  4, relative=False)
         table.print()
     finished = [f"{r['name']} {max(r['train']) + 1 if r['train'] else 0}" + (f"/{r['run']['steps']}" if r["run"] else "") for r in runs]
     print("steps done: " + ", ".join(finished))
@@ -226,14 +245,16 @@ def compare(runs, per_layer):
                 table.print()
 
     print("\n== cost (median over timed steps, step 0 excluded; p10-p90 in brackets)")
-    ms, tok, mfu, spread = [], [], [], []
+    ms, tok, mfu, spread, steady = [], [], [], [], []
     for r in runs:
         timed = sorted(t["dt_ms"] for s, t in r["train"].items() if s > 0)
         if not timed:
-            ms.append(None), tok.append(None), mfu.append(None), spread.append("")
+            ms.append(None), tok.append(None), mfu.append(None), spread.append(""), steady.append(None)
             continue
         ms.append(statistics.median(timed))
-        spread.append(f"[{percentile(timed, 0.1):.1f}-{percentile(timed, 0.9):.1f}]")
+        p10, p90 = percentile(timed, 0.1), percentile(timed, 0.9)
+        spread.append(f"[{p10:.1f}-{p90:.1f}] ({100.0 * (p90 - p10) / ms[-1]:.1f}% of the median)")
+        steady.append((p90 - p10) / ms[-1] if ms[-1] > 0 else None)
         tok.append(statistics.median(t["tok_per_s"] for s, t in r["train"].items() if s > 0))
         m = [t["mfu"] for s, t in r["train"].items() if s > 0 and t.get("mfu") is not None]
         mfu.append(100.0 * statistics.median(m) if m else None)
@@ -243,8 +264,16 @@ def compare(runs, per_layer):
     table.print()
     print("ms per step p10-p90: " + ", ".join(f"{r['name']} {s}" for r, s in zip(runs, spread)))
     if ms[0] is not None:
-        for r, m in zip(runs[1:], ms[1:]):
-            if m is not None:
+        for r, m, st in zip(runs[1:], ms[1:], steady[1:]):
+            if m is None:
+                continue
+            unsteady = [(name, x) for name, x in ((runs[0]["name"], steady[0]), (r["name"], st)) if x is None or x > STEADY_SPREAD]
+            if unsteady:
+                why = ", ".join(f"{name} {'n/a' if x is None else f'{100.0 * x:.1f}%'}" for name, x in unsteady)
+                print(f"step-time overhead of {r['name']}: not trustworthy: the step times spread by more than "
+                      f"{100.0 * STEADY_SPREAD:.0f}% of their median (p10-p90: {why}), so the machine was not steady (shared, "
+                      "throttled); time both runs on a machine to themselves")
+            else:
                 print(f"step-time overhead of {r['name']}: {100.0 * (m / ms[0] - 1.0):+.2f}% against {runs[0]['name']}")
 
 

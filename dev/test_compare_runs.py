@@ -61,16 +61,43 @@ class TestHandMadeRuns(TempDirTest):
         # CORE -0.0094 / 0.1602 = -5.87%; mean loss over the last 10% of 5 steps = step 4 alone: 1.20 vs 1.25 = -4.00%;
         # smoothed (debiased EMA 0.9) curves differ most at step 2: 0.804 / 0.271 - 0.794 / 0.271 = 0.0369;
         # median ms over steps 1-4 (step 0 left out): 100.5 and 101.5, +1.00% (with step 0: 101 and 102, +0.99%);
-        # MFU median of 0.40 0.42 0.39 0.41 = 40.5%; diagnostics: means 0.4 -> 0.3 and 0.4 -> 0.0.
+        # MFU median of 0.40 0.42 0.39 0.41 = 40.5%; diagnostics: means 0.4 -> 0.3 and 0.4 -> 0.0;
+        # step times 98 100 101 102: p10 98 + 0.3 x 2 = 98.6, p90 101 + 0.7 x 1 = 101.7, spread 3.1 / 100.5 = 3.1% (steady);
+        # the xsa run's 99 101 102 103: 99.6-102.7, 3.1 / 101.5 = 3.1%.
         expected = ['model.xsa_alpha: base 0 | xsa 1', 'model.xsa_layers: base "" | xsa "0,1"',
                     "val bpb at step 5 (last common)  0.8484  0.8457 (-0.0027, -0.32%)",
                     "best val bpb (any step)          0.8400  0.8457 (+0.0057, +0.68%)", "CORE at step 5", "0.1602  0.1508 (-0.0094, -5.87%)",
                     "t2 (centered)", "0.1204  0.1016 (-0.0188)", "1.2500  1.2000 (-0.0500, -4.00%)",
                     "max |smoothed loss - baseline's|, steps 0-4  0.0000  0.0369", "cos(y, v) before XSA   0.4000  0.3000 (-0.1000)",
                     "cos(z, v) after XSA    0.4000  0.0000 (-0.4000)", "ms per step  100.5  101.5 (+1.0, +1.00%)", "MFU %        40.5   40.5",
-                    "step-time overhead of xsa: +1.00% against base", "steps done: base 5/5, xsa 5/5"]
-        missing = [e for e in expected if e not in out]
+                    "step-time overhead of xsa: +1.00% against base", "steps done: base 5/5, xsa 5/5",
+                    "base [98.6-101.7] (3.1% of the median), xsa [99.6-102.7] (3.1% of the median)",
+                    "note: one run per arm (one seed each): the differences below are single-run"]
+        flat = " ".join(out.split())  # column widths follow the longest label: compare with single spaces
+        missing = [e for e in expected if " ".join(e.split()) not in flat]
         self.assertTrue(code == 0 and not missing and "WARNING" not in out, "exit %d, MISSING: %s; output:\n%s" % (code, missing, out))
+
+    def test_unsteady_step_times(self):
+        """compare_runs.py: a run whose step times spread by more than 10% of their median gets no overhead figure"""
+        # steps 1-4: 100 130 98 101 -> sorted 98 100 101 130: p10 98.6, p90 101 + 0.7 x 29 = 121.3, (121.3 - 98.6) / 100.5 = 22.6%
+        self.write("unsteady/metrics.jsonl", hand_made_run("1", "0,1", 42, self.LOSS_B, [400, 100, 130, 98, 101], -1, 0.8457,
+                                                           "[0.20, 0.40]", "[0.0, 0.0]", 0.1508))
+        code, out = run(COMPARE + [self.path("base"), self.path("unsteady")])
+        self.assertTrue(code == 0 and "step-time overhead of unsteady: not trustworthy: the step times spread by more than 10% of their "
+                        "median (p10-p90: unsteady 22.6%)" in out and "overhead of unsteady: +" not in out, "exit %d, output:\n%s" % (code, out))
+
+    def test_loss_noise_by_hand(self):
+        """compare_runs.py: the loss noise over the last 10% of 30 steps, worked out by hand"""
+        # steps 27, 28, 29 (the last 3 of 30): losses 2.0, 2.2, 1.9 -> changes +0.2, -0.3: mean -0.05, sd sqrt(0.125) = 0.35355,
+        # / sqrt 2 = 0.25; the baseline: 2.0, 2.0, 2.0 -> 0
+        flat, bumpy = [3.0] * 27 + [2.0, 2.0, 2.0], [3.0] * 27 + [2.0, 2.2, 1.9]
+        for name, losses in (("flat", flat), ("bumpy", bumpy)):
+            lines = ['{"step": 0, "kind": "run", "steps": 30, "seed": 1}']
+            lines += ['{"step": %d, "kind": "train", "loss": %.1f, "dt_ms": 100.0, "tok_per_s": 1.0}' % (i, l) for i, l in enumerate(losses)]
+            self.write(name + "/metrics.jsonl", "\n".join(lines) + "\n")
+        code, out = run(COMPARE + [self.path("flat"), self.path("bumpy")])
+        self.assertTrue(code == 0 and "loss noise, steps 27-29 (sd of step-to-step changes / sqrt 2) 0.0000 0.2500" in " ".join(out.split()),
+                        "exit %d, output:\n%s" % (code, out))
 
     def test_other_seed(self):
         """compare_runs.py: runs with another seed are flagged as not matched (device differences are not)"""

@@ -755,6 +755,10 @@ def run_cli(prog, run, args, error_type):
     except error_type as e:
         print(f"{prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
         sys.exit(1)
+    except ModuleNotFoundError as e:  # a package of requirements.txt, imported where it is first needed
+        print(f"{prog}: error: needs the Python package '{e.name}', which {sys.executable} cannot import: "
+              f"{sys.executable} -m pip install -r dev/data/requirements.txt", file=sys.stderr)
+        sys.exit(1)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         sys.exit(130)

@@ -117,5 +117,21 @@ class TestClimbmixOffline(unittest.TestCase):
                          len(train0) + len(train1) if ok else "-", len(want_val), len(want_train)))
 
 
+class TestMissingPackage(unittest.TestCase):
+    """Without a package of requirements.txt: one error line naming it and the pip command, not a traceback."""
+
+    def test_without_pyarrow(self):
+        d = tempfile.mkdtemp(prefix="xsa_climbmix_nopkg_")
+        self.addCleanup(shutil.rmtree, d, ignore_errors=True)
+        for name in ("a.parquet", "b.parquet"):
+            open(os.path.join(d, name), "wb").close()
+        # pyarrow made unimportable in this interpreter (None in sys.modules), then the script run as __main__
+        script = ("import sys, runpy; sys.modules['pyarrow'] = None; sys.argv = ['climbmix.py', '--parquet-dir', %r, '--out', %r]; "
+                  "runpy.run_path('dev/data/climbmix.py', run_name='__main__')" % (d, os.path.join(d, "out")))
+        code, err = run([sys.executable, "-c", script], want_stdout=False)
+        self.assertTrue(code == 1 and err.count("\n") == 1 and err.startswith("climbmix.py: error: needs the Python package 'pyarrow'") and
+                        "-m pip install -r dev/data/requirements.txt" in err and "Traceback" not in err, "exit %d: %s" % (code, err))
+
+
 if __name__ == "__main__":
     unittest.main()
