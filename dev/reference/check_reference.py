@@ -7,6 +7,7 @@ import math
 import os
 import sys
 
+import require_torch  # noqa: F401  (one error line where PyTorch is missing)
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))

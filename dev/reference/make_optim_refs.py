@@ -15,6 +15,7 @@ import os
 import sys
 from dataclasses import replace
 
+import require_torch  # noqa: F401  (one error line where PyTorch is missing)
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -10,6 +10,7 @@ Deterministic: rerunning produces the same bytes. Run from anywhere:
 import os
 import sys
 
+import require_torch  # noqa: F401  (one error line where PyTorch is missing)
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))

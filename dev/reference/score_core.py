@@ -33,6 +33,7 @@ import sys
 import time
 
 import numpy as np
+import require_torch  # noqa: F401  (one error line where PyTorch is missing)
 import torch
 import torch.nn.functional as F
 
