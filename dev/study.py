@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""A study as one command: every (arm, seed) of a study file trained by train_gpt into its own directory,
+then the report: each metric's mean and standard deviation per arm over the seeds, and each arm's
+difference from the baseline (the first arm) with a 95% confidence interval and a Welch t-test p-value.
+
+    python3 dev/study.py STUDY.json [--out DIR] [--binary ./train_gpt] [--max-runs K] [--report-only]
+
+The study file (JSON; examples in dev/studies/):
+    {"name": "...", "base": "train_gpt flags shared by every run",
+     "arms": {"baseline": "", "xsa": "-x 1"},          # the first arm is the baseline
+     "seeds": [1, 2, 3]}
+Runs go to DIR/ARM/seed_S (DIR defaults to dev/studies/out/NAME). A run whose metrics.jsonl has its last
+evaluation is complete and skipped; a run with a checkpoint resumes from it (so give the base flags a
+--save-every); any other run directory is started afresh. So a study survives pre-emption (a SIGINT or
+SIGTERM reaches the running train_gpt, which checkpoints; rerun the same command) and grows with more
+seeds. --max-runs K stops after K runs (a budget per sitting). The report, DIR/report.md, is rebuilt
+from the finished runs alone with --report-only.
+
+Arms may differ only in the flags of ARM_FLAGS (XSA, its layers, the optimizer); the runner sets --seed
+and -o itself, and refuses a study whose arms set anything else, and, after the runs, any pair of runs
+of one seed whose run lines differ in more than the arms' settings (data, order, schedule, batch).
+
+Standard library only; every bad input ends with one "error:" line and exit code 1.
+"""
+import argparse
+import json
+import math
+import os
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare_runs import CompareError, flatten_settings, load_run  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the flags an arm may set, and the run-line settings they change (everything else must be equal)
+ARM_FLAGS = {"-x": ["model.xsa_alpha", "model.xsa_layers"], "--xsa": ["model.xsa_alpha", "model.xsa_layers"],
+             "--xsa-layers": ["model.xsa_layers"], "--optimizer": ["optim.*"], "--muon-eq": ["optim.muon_eq"],
+             "--muon-plus": ["optim.muon_plus"], "--adamw-matrix-lr": ["optim.*"], "--adamw-matrix-wd": ["optim.matrix_adamw_wd"]}
+RUNNER_FLAGS = {"--seed", "-o", "--output", "--resume"}
+# settings that may differ between runs whatever the arms: where and how a run was computed
+FREE_SETTINGS = {"backend", "device", "xsa_fused"}
+CONFIDENCE = 0.95
+
+
+class StudyError(Exception):
+    pass
+
+
+# ----------------------------------------------------------------------------------------------------
+# Statistics (standard library: the t distribution through the regularised incomplete beta function)
+
+def _beta_continued_fraction(a, b, x):
+    """The continued fraction of the incomplete beta function (modified Lentz), for x < (a + 1) / (a + b + 2)."""
+    tiny, c, d = 1e-300, 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)), -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def incomplete_beta(a, b, x):
+    """I_x(a, b), the regularised incomplete beta function."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _beta_continued_fraction(a, b, x) / a
+    return 1.0 - front * _beta_continued_fraction(b, a, 1.0 - x) / b
+
+
+def t_two_sided_p(t, df):
+    """P(|T| >= |t|) for Student's t with df degrees of freedom (df may be fractional: Welch)."""
+    return incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
+
+
+def t_quantile(p, df):
+    """The t value with P(T <= t) = p (p > 0.5), by bisection on the two-sided tail."""
+    lo, hi, tail = 0.0, 1e3, 2.0 * (1.0 - p)
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if t_two_sided_p(mid, df) > tail else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def welch(a, b):
+    """Welch's t-test of mean(b) - mean(a): (difference, its CONFIDENCE interval, p-value, df), or None
+    where it cannot be computed (fewer than 2 values on a side, or no spread at all)."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    diff = statistics.fmean(b) - statistics.fmean(a)
+    if va + vb == 0.0:
+        return None
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va * va / (len(a) - 1) + vb * vb / (len(b) - 1))
+    half = t_quantile(0.5 + CONFIDENCE / 2.0, df) * se
+    return diff, (diff - half, diff + half), t_two_sided_p(diff / se, df), df
+
+
+# ----------------------------------------------------------------------------------------------------
+# The study file and the runs
+
+def load_study(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            study = json.load(f)
+    except (OSError, ValueError) as e:
+        raise StudyError(f"cannot read the study file '{path}': {e}")
+    if not isinstance(study, dict):
+        raise StudyError(f"'{path}': the study must be a JSON object")
+    for key, kind in (("name", str), ("base", str), ("arms", dict), ("seeds", list)):
+        if not isinstance(study.get(key), kind):
+            raise StudyError(f"'{path}': '{key}' must be a {kind.__name__}")
+    if not study["arms"] or not study["seeds"]:
+        raise StudyError(f"'{path}': a study needs at least one arm and one seed")
+    if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in study["seeds"]) or len(set(study["seeds"])) != len(study["seeds"]):
+        raise StudyError(f"'{path}': seeds must be distinct non-negative integers")
+    for arm, flags in study["arms"].items():
+        if not isinstance(flags, str) or not arm or "/" in arm or arm.startswith("."):
+            raise StudyError(f"'{path}': arm '{arm}' must be a plain name with a string of flags")
+        words = shlex.split(flags)
+        for w in words[::2]:
+            name = w.split("=", 1)[0]
+            if name not in ARM_FLAGS:
+                raise StudyError(f"'{path}': arm '{arm}' sets {name}; arms may set only {', '.join(sorted(ARM_FLAGS))} "
+                                 "(everything else belongs in 'base', the same for every arm)")
+    for w in shlex.split(study["base"]):
+        if w.split("=", 1)[0] in RUNNER_FLAGS:
+            raise StudyError(f"'{path}': 'base' sets {w}; the runner sets --seed and the output directory itself")
+    return study
+
+
+def run_state(run_dir):
+    """'done', 'resume' (a checkpoint to continue from) or 'fresh'."""
+    metrics = os.path.join(run_dir, "metrics.jsonl")
+    if os.path.isfile(metrics):
+        try:
+            run = load_run(run_dir)
+            if run["run"] and run["run"]["steps"] in run["eval"]:
+                return "done"
+        except CompareError:
+            pass
+    if os.path.isdir(run_dir) and any(n.startswith("ckpt_") and n.endswith(".safetensors") for n in os.listdir(run_dir)):
+        return "resume"
+    return "fresh"
+
+
+def run_one(binary, study, arm, seed, run_dir):
+    """One train_gpt run (fresh or resumed); a signal to the runner reaches train_gpt, which checkpoints."""
+    state = run_state(run_dir)
+    argv = [binary] + shlex.split(study["base"]) + shlex.split(study["arms"][arm]) + ["--seed", str(seed)]
+    if state == "resume":
+        argv += ["--resume", run_dir]
+    else:
+        if os.path.isdir(run_dir):
+            for name in os.listdir(run_dir):  # a run that never reached a checkpoint: start it again
+                os.remove(os.path.join(run_dir, name))
+        argv += ["-o", run_dir]
+    print(f"study: {'resuming' if state == 'resume' else 'starting'} {arm} seed {seed}: {shlex.join(argv)}", flush=True)
+    os.makedirs(os.path.dirname(run_dir), exist_ok=True)
+    log = open(os.path.join(os.path.dirname(run_dir), f"seed_{seed}.log"), "a")
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    forward = lambda sig, frame: proc.send_signal(sig)  # noqa: E731
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = proc.wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        log.close()
+    if code in (130, 143):
+        print(f"study: {arm} seed {seed} stopped by a signal with its checkpoint; rerun the same command to go on", flush=True)
+        sys.exit(code)
+    if code != 0:
+        raise StudyError(f"{arm} seed {seed} failed (exit {code}); its output is in {log.name}")
+
+
+def check_matched(study, runs):
+    """Runs of one seed must differ only in what their arms set."""
+    allowed = set(FREE_SETTINGS)
+    for flags in study["arms"].values():
+        for w in shlex.split(flags)[::2]:
+            allowed.update(ARM_FLAGS[w.split("=", 1)[0]])
+    arms = list(study["arms"])
+    for seed in study["seeds"]:
+        have = [(arm, runs[arm][seed]) for arm in arms if seed in runs[arm]]
+        for arm, r in have[1:]:
+            a, b = flatten_settings(have[0][1]["run"] or {}), flatten_settings(r["run"] or {})
+            for key in sorted(set(a) | set(b)):
+                if a.get(key) != b.get(key) and key not in allowed and not ("optim.*" in allowed and key.startswith("optim.")):
+                    raise StudyError(f"seed {seed}: {have[0][0]} and {arm} differ in {key} ({json.dumps(a.get(key))} vs "
+                                     f"{json.dumps(b.get(key))}), which their arms do not set: not a matched comparison")
+
+
+# ----------------------------------------------------------------------------------------------------
+# The report
+
+def run_metrics(r):
+    """The metrics of one finished run (None where the run has no such value)."""
+    last = max(r["eval"]) if r["eval"] else None
+    steps = sorted(r["train"])
+    tail = steps[len(steps) - max(1, len(steps) // 10):] if steps else []
+    timed = [r["train"][s]["dt_ms"] for s in steps if s > 0]
+    core_step = max(r["core"]) if r["core"] else None
+    return {"final val bpb": r["eval"][last]["val_bpb"] if last is not None else None,
+            "best val bpb": min(e["val_bpb"] for e in r["eval"].values()) if r["eval"] else None,
+            "CORE": r["core"][core_step]["core"] if core_step is not None else None,
+            "train loss, last 10% of steps": statistics.fmean(r["train"][s]["loss"] for s in tail) if tail else None,
+            "cos(z, v) after XSA (mean over layers)": statistics.fmean(r["diag"][max(r["diag"])]["cos_zv"]) if r["diag"] else None,
+            "ms per step (median)": statistics.median(timed) if timed else None}
+
+
+def report(study, out_dir, runs):
+    arms = list(study["arms"])
+    base = arms[0]
+    values = {arm: [run_metrics(runs[arm][s]) for s in sorted(runs[arm])] for arm in arms}
+    lines = [f"# Study: {study['name']}", "",
+             f"Base flags: `{study['base']}`; arms: " + ", ".join(f"**{a}** (`{study['arms'][a] or 'no flags'}`)" for a in arms) +
+             f"; seeds {study['seeds']}. Baseline: **{base}**. Finished runs: " +
+             ", ".join(f"{a} {len(runs[a])}/{len(study['seeds'])}" for a in arms) + ".", ""]
+    if any(len(runs[a]) < 2 for a in arms):
+        lines += ["With fewer than 2 seeds in an arm no spread, interval or test can be given for it: its numbers are single runs.", ""]
+    metrics = list(dict.fromkeys(m for vals in values.values() for v in vals for m in v))  # run_metrics' names, in order
+    for metric in metrics:
+        lines += [f"## {metric}", "", "| arm | n | mean | sd | difference from baseline | 95% CI | Welch p |", "|---|---|---|---|---|---|---|"]
+        base_vals = [v[metric] for v in values[base] if v[metric] is not None]
+        for arm in arms:
+            vals = [v[metric] for v in values[arm] if v[metric] is not None]
+            mean = f"{statistics.fmean(vals):.4f}" if vals else "n/a"
+            sd = f"{statistics.stdev(vals):.4f}" if len(vals) > 1 else "n/a"
+            diff = ci = p = ""
+            if arm != base and vals and base_vals:
+                diff = f"{statistics.fmean(vals) - statistics.fmean(base_vals):+.4f}"
+                w = welch(base_vals, vals)
+                ci, p = (f"[{w[1][0]:+.4f}, {w[1][1]:+.4f}]", f"{w[2]:.3g}") if w else ("n/a (needs 2+ seeds per arm)", "n/a")
+            lines.append(f"| {arm} | {len(vals)} | {mean} | {sd} | {diff} | {ci} | {p} |")
+        lines.append("")
+    path = os.path.join(out_dir, "report.md")
+    with open(path + ".tmp", "w") as f:
+        f.write("\n".join(lines))
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Run a study (arms x seeds of train_gpt) and write its report.")
+    p.add_argument("study", help="the study file (JSON)")
+    p.add_argument("--out", help="the study's directory (default dev/studies/out/NAME)")
+    p.add_argument("--binary", default="./train_gpt", help="the trainer (default ./train_gpt, as make train_gpt builds it)")
+    p.add_argument("--max-runs", type=int, default=-1, help="run at most K runs this time, then write the report (default: all)")
+    p.add_argument("--report-only", action="store_true", help="no runs: the report from the finished runs")
+    args = p.parse_args(argv)
+    try:
+        study = load_study(args.study)
+        out_dir = args.out or os.path.join(REPO, "dev", "studies", "out", study["name"])
+        binary = os.path.abspath(args.binary)
+        if not args.report_only and not os.access(binary, os.X_OK):
+            raise StudyError(f"'{args.binary}' is not an executable trainer (make train_gpt builds ./train_gpt)")
+        done_now = 0
+        for seed in study["seeds"]:  # seed-major: every arm of a seed before the next seed, so a partial study stays matched
+            for arm in study["arms"]:
+                run_dir = os.path.join(out_dir, arm, f"seed_{seed}")
+                if args.report_only or run_state(run_dir) == "done":
+                    continue
+                if done_now == args.max_runs:
+                    break
+                run_one(binary, study, arm, seed, run_dir)
+                done_now += 1
+        runs = {arm: {} for arm in study["arms"]}
+        for arm in study["arms"]:
+            for seed in study["seeds"]:
+                run_dir = os.path.join(out_dir, arm, f"seed_{seed}")
+                if run_state(run_dir) == "done":
+                    runs[arm][seed] = load_run(run_dir)
+        check_matched(study, runs)
+        print(f"study: {report(study, out_dir, runs)}")
+    except (StudyError, CompareError, OSError) as e:
+        print(f"study.py: error: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
