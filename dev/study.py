@@ -8,7 +8,8 @@ difference from the baseline (the first arm) with a 95% confidence interval and 
 The study file (JSON; examples in dev/studies/):
     {"name": "...", "base": "train_gpt flags shared by every run",
      "arms": {"baseline": "", "xsa": "-x 1"},          # the first arm is the baseline
-     "seeds": [1, 2, 3]}
+     "seeds": [1, 2, 3],
+     "note": "optional: what the study is for and how to prepare its data (the report's first paragraph)"}
 Runs go to DIR/ARM/seed_S (DIR defaults to dev/studies/out/NAME). A run whose metrics.jsonl has its last
 evaluation is complete and skipped; a run with a checkpoint resumes from it (so give the base flags a
 --save-every); any other run directory is started afresh. So a study survives pre-emption (a SIGINT or
@@ -228,7 +229,7 @@ def report(study, out_dir, runs):
     arms = list(study["arms"])
     base = arms[0]
     values = {arm: [run_metrics(runs[arm][s]) for s in sorted(runs[arm])] for arm in arms}
-    lines = [f"# Study: {study['name']}", "",
+    lines = [f"# Study: {study['name']}", ""] + ([study["note"], ""] if isinstance(study.get("note"), str) else []) + [
              f"Base flags: `{study['base']}`; arms: " + ", ".join(f"**{a}** (`{study['arms'][a] or 'no flags'}`)" for a in arms) +
              f"; seeds {study['seeds']}. Baseline: **{base}**. Finished runs: " +
              ", ".join(f"{a} {len(runs[a])}/{len(study['seeds'])}" for a in arms) + ".", ""]
