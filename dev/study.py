@@ -34,7 +34,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare_runs import CompareError, flatten_settings, load_run  # noqa: E402
+from compare_runs import CompareError, flatten_settings, load_run, smoothed_losses  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the flags an arm may set, and the run-line settings they change (everything else must be equal)
@@ -257,6 +257,108 @@ def report(study, out_dir, runs):
     return path
 
 
+def plot_study(study, out_dir, runs, plt):
+    """The report's PNG files in out_dir: per arm, every seed thin and the mean over seeds thick; each
+    arm's difference from the baseline paired by seed with its 95% band; diagnostics per layer; cost.
+    Returns the file names written."""
+    arms = [a for a in study["arms"] if runs[a]]
+    base = list(study["arms"])[0]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    color = {a: colors[k % len(colors)] for k, a in enumerate(study["arms"])}
+    written = []
+
+    def save(fig, name):
+        fig.tight_layout()
+        path = os.path.join(out_dir, name)
+        fig.savefig(path + ".tmp", dpi=100, format="png")
+        os.replace(path + ".tmp", path)
+        plt.close(fig)
+        written.append(name)
+
+    def mean_curve(curves):  # {step: value} per seed -> the steps all seeds have, and the mean there
+        steps = sorted(set.intersection(*(set(c) for c in curves)))
+        return steps, [statistics.fmean(c[s] for c in curves) for s in steps]
+
+    fig, (full, zoom) = plt.subplots(1, 2, figsize=(12, 4.5))
+    last_steps, tail_values = 0, []
+    for a in arms:
+        curves = []
+        for r in runs[a].values():
+            steps = [s for s in sorted(r["train"]) if s < len(r["train"])]
+            curves.append(smoothed_losses(r["train"], steps))
+            full.scatter(steps, [r["train"][s]["loss"] for s in steps], color=color[a], alpha=0.15, s=2)  # raw, under the curves
+            for ax in (full, zoom):
+                ax.plot(steps, [curves[-1][s] for s in steps], color=color[a], alpha=0.3, linewidth=0.7)
+        steps, mean = mean_curve(curves)
+        for ax in (full, zoom):
+            ax.plot(steps, mean, color=color[a], linewidth=2, label=f"{a} (mean of {len(curves)})")
+        last_steps = max(last_steps, steps[-1])
+        tail_values += [c[s] for c in curves for s in steps if s >= 0.7 * steps[-1]]
+    zoom.set_xlim(0.7 * last_steps, last_steps)  # where the arms are close: its own y range
+    margin = 0.05 * (max(tail_values) - min(tail_values)) + 1e-6
+    zoom.set_ylim(min(tail_values) - margin, max(tail_values) + margin)
+    full.set(title="training loss (dots: raw; thin: seeds smoothed, debiased EMA 0.9; thick: mean)", xlabel="step", ylabel="loss")
+    zoom.set(title="the last 30% of the steps", xlabel="step")
+    for ax in (full, zoom):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    save(fig, "loss.png")
+
+    fig, (bpb, diff) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for a in arms:
+        curves = [{s: e["val_bpb"] for s, e in r["eval"].items()} for r in runs[a].values()]
+        for c in curves:
+            bpb.plot(sorted(c), [c[s] for s in sorted(c)], color=color[a], alpha=0.3, linewidth=0.7)
+        steps, mean = mean_curve(curves)
+        bpb.plot(steps, mean, "o-", color=color[a], linewidth=2, markersize=3, label=f"{a} (mean of {len(curves)})")
+        if a == base:
+            continue
+        seeds = sorted(set(runs[a]) & set(runs[base]))
+        pairs = [{s: runs[a][k]["eval"][s]["val_bpb"] - runs[base][k]["eval"][s]["val_bpb"]
+                  for s in runs[a][k]["eval"] if s in runs[base][k]["eval"]} for k in seeds]
+        if not pairs:
+            continue
+        steps, mean = mean_curve(pairs)
+        diff.plot(steps, mean, "o-", color=color[a], markersize=3, label=f"{a} - {base} ({len(pairs)} seeds, paired)")
+        if len(pairs) > 1:
+            half = [t_quantile(0.975, len(pairs) - 1) * statistics.stdev(p[s] for p in pairs) / math.sqrt(len(pairs)) for s in steps]
+            diff.fill_between(steps, [m - h for m, h in zip(mean, half)], [m + h for m, h in zip(mean, half)], color=color[a], alpha=0.2)
+    diff.axhline(0.0, color="black", linewidth=0.8)
+    bpb.set(title="validation bits per byte (thin: seeds)", xlabel="step", ylabel="bpb")
+    diff.set(title="difference from the baseline (band: 95% CI over seeds)", xlabel="step", ylabel="bpb difference")
+    for ax in (bpb, diff):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    save(fig, "val_bpb.png")
+
+    with_diag = [a for a in arms if all(r["diag"] for r in runs[a].values())]
+    if with_diag:
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+        for key, label, ax in zip(("cos_yv", "cos_zv", "self_weight"), ("cos(y, v) before XSA", "cos(z, v) after XSA", "self weight"), axes):
+            for a in with_diag:
+                per_seed = [r["diag"][max(r["diag"])][key] for r in runs[a].values()]
+                layers = range(min(len(v) for v in per_seed))
+                ax.plot(layers, [statistics.fmean(v[l] for v in per_seed) for l in layers], "o-", color=color[a], label=a, markersize=3)
+            ax.set(title=label + " at the last evaluation (mean over seeds)", xlabel="layer")
+            ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
+            ax.grid(alpha=0.3)
+            ax.legend()
+        save(fig, "diagnostics.png")
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for k, a in enumerate(arms):
+        medians = [run_metrics(r)["ms per step (median)"] for r in runs[a].values()]
+        medians = [m for m in medians if m is not None]
+        ax.scatter([k] * len(medians), medians, color=color[a], alpha=0.6)
+        if medians:
+            ax.plot([k - 0.25, k + 0.25], [statistics.fmean(medians)] * 2, color=color[a], linewidth=2)
+    ax.set_xticks(range(len(arms)), arms)
+    ax.set(title="cost: median ms per step of each run (bar: mean)", ylabel="ms per step")
+    ax.grid(alpha=0.3)
+    save(fig, "cost.png")
+    return written
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="Run a study (arms x seeds of train_gpt) and write its report.")
     p.add_argument("study", help="the study file (JSON)")
@@ -288,7 +390,19 @@ def main(argv=None):
                 if run_state(run_dir) == "done":
                     runs[arm][seed] = load_run(run_dir)
         check_matched(study, runs)
-        print(f"study: {report(study, out_dir, runs)}")
+        path = report(study, out_dir, runs)
+        if any(runs.values()):
+            try:
+                import matplotlib
+                matplotlib.use("Agg")
+                import matplotlib.pyplot as plt
+                plots = plot_study(study, out_dir, runs, plt)
+                with open(path, "a") as f:
+                    f.write("\n## Plots\n\n" + "\n".join(f"![{name}]({name})" for name in plots) + "\n")
+            except ModuleNotFoundError:
+                print(f"study: no plots: matplotlib is not importable by {sys.executable} "
+                      f"({sys.executable} -m pip install -r dev/requirements.txt)")
+        print(f"study: {path}")
     except (StudyError, CompareError, OSError) as e:
         print(f"study.py: error: {e}", file=sys.stderr)
         sys.exit(1)

@@ -4,6 +4,7 @@ refusals (arms that set more than XSA or the optimizer, a base that sets the see
 matched). Run with `make test`."""
 import json
 import os
+import struct
 import sys
 import unittest
 
@@ -39,6 +40,22 @@ class TestStatistics(unittest.TestCase):
                 self.assertAlmostEqual(lo, ci.low, delta=1e-8)
                 self.assertAlmostEqual(hi, ci.high, delta=1e-8)
         self.assertIsNone(study.welch([1.0], [2.0, 3.0]))
+
+
+@needs_packages("matplotlib")
+class TestStudyPlots(xsatest.TempDirTest):
+    PREFIX = "xsa_study_plots_"
+
+    def test_plots(self):
+        self.write("study.json", json.dumps({"name": "t", "base": BASE, "arms": {"baseline": "", "xsa": "-x 1"}, "seeds": [1, 2]}))
+        code, out = run(STUDY + [self.path("study.json"), "--binary", binary("train_gpt_cpu"), "--out", self.path("out")])
+        self.assertEqual(code, 0, out)
+        # figure size (inches) x 100 dpi, as plot_study draws them
+        for name, size in (("loss.png", (1200, 450)), ("val_bpb.png", (1200, 450)), ("diagnostics.png", (1500, 450)), ("cost.png", (700, 450))):
+            with self.subTest("%s: a whole PNG of %dx%d pixels, linked from the report" % (name, *size)):
+                data = xsatest.read(self.path("out", name))
+                self.assertTrue(data[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", data[16:24]) == size, name)
+                self.assertIn("![%s](%s)" % (name, name), xsatest.read(self.path("out", "report.md")).decode())
 
 
 class TestRunner(xsatest.TempDirTest):
