@@ -29,13 +29,13 @@ import tarfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import climbmix  # noqa: E402
+import dictd  # noqa: E402
 from climbmix import PrepError, log  # noqa: E402
 
 DEFAULT_OUT = os.path.join("~", ".cache", "xsa-train", "gcide")
 TRAIN_SHARDS = 4
 VAL_EVERY = 50  # entry k (in file order) is validation when k % VAL_EVERY == VAL_EVERY - 1
 DICT_MEMBER, INDEX_MEMBER = "usr/share/dictd/gcide.dict.dz", "usr/share/dictd/gcide.index"
-BASE64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 
 
 def ar_members(data):
@@ -81,30 +81,13 @@ def dictionary_files(deb_path):
     return gzip.decompress(dict_dz), index  # dictzip is gzip with an index in an extra field
 
 
-def decode_base64_number(text):
-    value = 0
-    for c in text:
-        value = value * 64 + BASE64.index(c)
-    return value
-
-
 def entries(text, index):
-    """The dictionary's entries in file order (one per distinct offset; dictd's own 00-database-* records left out)."""
-    spans = set()
-    for line in index.splitlines():
-        parts = line.split("\t")
-        if len(parts) != 3 or parts[0].startswith("00-database") or parts[0].startswith("00database"):
-            continue
-        try:
-            spans.add((decode_base64_number(parts[1]), decode_base64_number(parts[2])))
-        except ValueError:
-            raise PrepError(f"gcide.index: a bad line: {line[:80]!r}")
-    out = []
-    for offset, length in sorted(spans):
-        if offset + length > len(text):
-            raise PrepError(f"gcide.index points past the end of gcide.dict ({offset} + {length} > {len(text)})")
-        out.append(text[offset:offset + length].decode("utf-8", "replace").strip())
-    return [e for e in out if e]
+    """The dictionary's entries in file order (dictd.entries; GCIDE holds a few bytes that are not UTF-8,
+    decoded as U+FFFD, and 9 entries that start with whitespace, stripped)."""
+    try:
+        return [e.lstrip() for e in dictd.entries(text, index, "gcide.index", errors="replace")]
+    except dictd.DictdError as e:
+        raise PrepError(str(e))
 
 
 def get_deb(out):

@@ -23,40 +23,21 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import climbmix  # noqa: E402
+import dictd  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-
-
-def b64_number(s):
-    """dictd index numbers are base64 digits, most significant first."""
-    v = 0
-    for c in s:
-        v = v * 64 + B64.index(c)
-    return v
 
 
 def read_entries(index_path, dict_path):
     """The dictionary's entries as strings, in file order, without the 00-database-* entries."""
     with open(index_path, encoding="utf-8") as f:
-        lines = [line.rstrip("\n") for line in f if line.strip()]
+        index = f.read()
     with gzip.open(dict_path, "rb") as f:  # dictzip is gzip with an extra header field
         data = f.read()
-    spans = set()
-    for line in lines:
-        parts = line.split("\t")
-        if len(parts) != 3:
-            raise climbmix.PrepError(f"{index_path}: bad index line {line!r}")
-        word, off, length = parts
-        if word.startswith("00database") or word.startswith("00-database"):
-            continue
-        spans.add((b64_number(off), b64_number(length)))
-    entries = []
-    for off, length in sorted(spans):
-        text = data[off:off + length].decode("utf-8").rstrip()
-        if text:
-            entries.append(text)
-    return entries
+    try:
+        return dictd.entries(data, index, index_path)
+    except dictd.DictdError as e:
+        raise climbmix.PrepError(str(e))
 
 
 def package_version(name="dict-devil"):
