@@ -26,6 +26,13 @@ DIAGNOSTICS = [("cos_yv", "cos(y, v) before XSA"), ("cos_zv", "cos(z, v) after X
                ("value_cos", "cos(v_i, v_j), i != j")]
 
 
+def finish_axes(*axes):
+    """The style every plot here shares: a light grid and the legend."""
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend()
+
+
 def plot_runs(runs, out_dir, plt):
     """The PNG files of `runs` (compare_runs.load_run records) in out_dir; returns their paths."""
     os.makedirs(out_dir, exist_ok=True)
@@ -54,9 +61,7 @@ def plot_runs(runs, out_dir, plt):
             ax_bpb.plot(evals, [r["eval"][s]["val_bpb"] for s in evals], "o-", color=c, label=r["name"], markersize=3)
     ax_loss.set(title="training loss (thin: raw; thick: smoothed)", xlabel="step", ylabel="loss (nats per token)")
     ax_bpb.set(title="validation bits per byte", xlabel="step", ylabel="bpb")
-    for ax in (ax_loss, ax_bpb):
-        ax.grid(alpha=0.3)
-        ax.legend()
+    finish_axes(ax_loss, ax_bpb)
     save(fig, "loss.png")
 
     fig, (ax_lr, ax_norm) = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -68,9 +73,7 @@ def plot_runs(runs, out_dir, plt):
         ax_norm.plot([s for s, _ in norms], [n for _, n in norms], color=c, label=r["name"], linewidth=0.8)
     ax_lr.set(title="learning-rate multiplier", xlabel="step", ylabel="x peak lr")
     ax_norm.set(title="gradient norm (L2, all parameters)", xlabel="step", ylabel="norm")
-    for ax in (ax_lr, ax_norm):
-        ax.grid(alpha=0.3)
-        ax.legend()
+    finish_axes(ax_lr, ax_norm)
     save(fig, "schedule.png")
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -79,8 +82,7 @@ def plot_runs(runs, out_dir, plt):
         ax.plot(steps, [r["train"][s]["tok_per_s"] for s in steps], color=colors[k % len(colors)], label=r["name"], linewidth=0.8)
     ax.set(title="throughput (step 0 left out)", xlabel="step", ylabel="tokens / s")
     ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend()
+    finish_axes(ax)
     save(fig, "speed.png")
 
     with_diag = [r for r in runs if r["diag"]]
@@ -96,8 +98,7 @@ def plot_runs(runs, out_dir, plt):
         for ax, (key, label) in zip(axes.flat, DIAGNOSTICS):
             ax.set(title=label, xlabel="layer")
             ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
-            ax.grid(alpha=0.3)
-            ax.legend()
+            finish_axes(ax)
         save(fig, "diagnostics.png")
     return written
 

@@ -35,6 +35,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare_runs import CompareError, flatten_settings, load_run, smoothed_losses  # noqa: E402
+from plot_run import finish_axes  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the flags an arm may set, and the run-line settings they change (everything else must be equal)
@@ -299,9 +300,7 @@ def plot_study(study, out_dir, runs, plt):
     zoom.set_ylim(min(tail_values) - margin, max(tail_values) + margin)
     full.set(title="training loss (dots: raw; thin: seeds smoothed, debiased EMA 0.9; thick: mean)", xlabel="step", ylabel="loss")
     zoom.set(title="the last 30% of the steps", xlabel="step")
-    for ax in (full, zoom):
-        ax.grid(alpha=0.3)
-        ax.legend()
+    finish_axes(full, zoom)
     save(fig, "loss.png")
 
     fig, (bpb, diff) = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -326,9 +325,7 @@ def plot_study(study, out_dir, runs, plt):
     diff.axhline(0.0, color="black", linewidth=0.8)
     bpb.set(title="validation bits per byte (thin: seeds)", xlabel="step", ylabel="bpb")
     diff.set(title="difference from the baseline (band: 95% CI over seeds)", xlabel="step", ylabel="bpb difference")
-    for ax in (bpb, diff):
-        ax.grid(alpha=0.3)
-        ax.legend()
+    finish_axes(bpb, diff)
     save(fig, "val_bpb.png")
 
     with_diag = [a for a in arms if all(r["diag"] for r in runs[a].values())]
@@ -341,8 +338,7 @@ def plot_study(study, out_dir, runs, plt):
                 ax.plot(layers, [statistics.fmean(v[l] for v in per_seed) for l in layers], "o-", color=color[a], label=a, markersize=3)
             ax.set(title=label + " at the last evaluation (mean over seeds)", xlabel="layer")
             ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
-            ax.grid(alpha=0.3)
-            ax.legend()
+            finish_axes(ax)
         save(fig, "diagnostics.png")
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
