@@ -195,16 +195,22 @@ static inline void shard_check(const Shard& s) {
              s.path.c_str(), s.map_bytes, (unsigned long long)st.st_size);
 }
 
-// The files matching a glob pattern, sorted; none is an error.
-static inline std::vector<std::string> expand_pattern(const std::string& pattern, const char* what) {
+// The files matching a glob pattern, sorted (glob sorts); possibly none.
+static inline std::vector<std::string> matching_files(const std::string& pattern) {
     glob_t g;
     std::vector<std::string> files;
     if (glob(pattern.c_str(), 0, nullptr, &g) == 0) {
         for (size_t i = 0; i < g.gl_pathc; i++) files.push_back(g.gl_pathv[i]);
     }
     globfree(&g);
+    return files;
+}
+
+// The files matching a glob pattern, sorted; none is an error.
+static inline std::vector<std::string> expand_pattern(const std::string& pattern, const char* what) {
+    std::vector<std::string> files = matching_files(pattern);
     if (files.empty()) fail("no %s files match '%s'", what, pattern.c_str());
-    return files;  // glob sorts
+    return files;
 }
 
 struct Document {

@@ -1640,22 +1640,18 @@ static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt,
 // The checkpoint with the highest step in dir ("" if none): only names exactly ckpt_<digits>.safetensors
 // count (not ckpt_best.safetensors, nor a .tmp left by a crash), compared by their number (999999 < 1000000).
 static std::string latest_checkpoint(const std::string& dir) {
-    glob_t g;
     std::string best;
     long best_step = -1;
-    if (glob((dir + "/ckpt_*.safetensors").c_str(), 0, nullptr, &g) == 0)
-        for (size_t i = 0; i < g.gl_pathc; i++) {
-            const std::string name = g.gl_pathv[i];
-            const size_t start = name.rfind("/ckpt_") + 6, end = name.size() - strlen(".safetensors");
-            const std::string digits = name.substr(start, end - start);
-            if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
-            const long step = atol(digits.c_str());
-            if (step > best_step) {
-                best_step = step;
-                best = name;
-            }
+    for (const std::string& name : matching_files(dir + "/ckpt_*.safetensors")) {
+        const size_t start = name.rfind("/ckpt_") + 6, end = name.size() - strlen(".safetensors");
+        const std::string digits = name.substr(start, end - start);
+        if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+        const long step = atol(digits.c_str());
+        if (step > best_step) {
+            best_step = step;
+            best = name;
         }
-    globfree(&g);
+    }
     return best;
 }
 
@@ -1824,12 +1820,7 @@ static void default_data(Args* args, bool core_given) {
     const char* env = getenv("XSA_DATA_DIR");
     const char* home = getenv("HOME");
     const std::string dir = env && *env ? env : std::string(home ? home : "") + "/.cache/xsa-train/climbmix";
-    auto exists = [](const std::string& pattern) {
-        glob_t g;
-        const bool found = glob(pattern.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0;
-        globfree(&g);
-        return found;
-    };
+    auto exists = [](const std::string& pattern) { return !matching_files(pattern).empty(); };
     if (!exists(dir + "/tokenizer.bin") || !exists(dir + "/train_*.bin") || !exists(dir + "/val_*.bin")) return;
     args->train_pattern = dir + "/train_*.bin";
     args->val_pattern = dir + "/val_*.bin";
@@ -1924,7 +1915,7 @@ static Args parse_args(int argc, char** argv) {
         else if (flag == "--allow-other-data") args.allow_other_data = parse_bool(f, value);
         else if (flag == "--init-from") args.init_from = value;
         else if (flag == "--export-safetensors") args.export_path = value;
-        else if (!nearest_option(flag).empty()) fail("unknown option '%s'; did you mean %s? (see --help)", f, nearest_option(flag).c_str());
+        else if (const std::string near = nearest_option(flag); !near.empty()) fail("unknown option '%s'; did you mean %s? (see --help)", f, near.c_str());
         else fail("unknown option '%s' (see --help)", f);
     }
     if (depth < 1 || depth > 1024) fail("--depth must be in [1, 1024], got %d", depth);
