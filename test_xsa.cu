@@ -234,7 +234,18 @@ static void test_against_reference(const std::string& path) {
 }
 
 // ----------------------------------------------------------------------------------------------------
-// 2. alpha = 0 on every layer runs the XSA op and must be bit-identical to XSA off (loss, logits, grads)
+// 2. alpha = 0 on every layer runs the XSA op and must be bit-identical to XSA off (loss, logits, grads);
+// so must a learnable alpha at its initial logits a = 0 (every gradient the baseline also has; the logits'
+// own gradients are what moves them off 0)
+
+// Copies every tensor of src that dst also has (by name) into dst; dst's others stay as they are.
+static void copy_shared_weights(GPT* dst, const GPT* src) {
+    gpt_params_to_host(src);
+    for (const ParamTensor& t : dst->table)
+        for (const ParamTensor& u : src->table)
+            if (u.name == t.name) memcpy(dst->params_host + t.offset, src->params_host + u.offset, t.numel * sizeof(float));
+    gpt_params_to_backend(dst);
+}
 
 static void test_alpha_zero_identity(const std::string& path) {
     SafetensorsFile ref = safetensors_read(path);
@@ -243,19 +254,24 @@ static void test_alpha_zero_identity(const std::string& path) {
     size_t N = (size_t)B * T;
     const int* idx = ref.get_i32("idx", N);
     const int* targets = ref.get_i32("targets", N);
-    GPTConfig off = base, zero = base;
-    off.xsa_alpha = 0.0f;
+    GPTConfig off = base, zero = base, learn = base;
+    off.xsa_alpha = zero.xsa_alpha = learn.xsa_alpha = 0.0f;
+    off.xsa_learnable = zero.xsa_learnable = false;
+    learn.xsa_learnable = true;
     off.xsa_layer.assign(base.n_layer, false);
-    zero.xsa_alpha = 0.0f;
     zero.xsa_layer.assign(base.n_layer, true);
-    GPT a, b;
+    learn.xsa_layer.assign(base.n_layer, true);
+    GPT a, b, l;
     gpt_build(&a, off);
     gpt_build(&b, zero);
+    gpt_build(&l, learn);
     gpt_load_weights(&a, ref);
     gpt_load_weights(&b, ref);
+    copy_shared_weights(&l, &a);  // the logits stay 0
     float la = gpt_forward(&a, idx, targets, B, T);
     float lb = gpt_forward(&b, idx, targets, B, T);
     bool logits_same = memcmp(a.acts.logits, b.acts.logits, N * base.vocab_size * sizeof(float)) == 0;
+    const std::vector<float> logits_off(a.acts.logits, a.acts.logits + N * base.vocab_size);  // the backward consumes them
     gpt_zero_grad(&a);
     gpt_zero_grad(&b);
     gpt_backward(&a, 1.0f);
@@ -264,8 +280,29 @@ static void test_alpha_zero_identity(const std::string& path) {
     check(memcmp(&la, &lb, sizeof la) == 0 && logits_same && grads_same,
           "%s: alpha=0 on all layers is bit-identical to XSA off (loss %s, logits %s, gradients %s)", path.c_str(),
           memcmp(&la, &lb, sizeof la) == 0 ? "same" : "DIFFER", logits_same ? "same" : "DIFFER", grads_same ? "same" : "DIFFER");
+
+    float ll = gpt_forward(&l, idx, targets, B, T);
+    bool learn_logits_same = memcmp(logits_off.data(), l.acts.logits, N * base.vocab_size * sizeof(float)) == 0;
+    gpt_zero_grad(&l);
+    gpt_backward(&l, 1.0f);
+    int shared = 0, differ = 0, logit_grads = 0;
+    double logit_grad_norm = 0.0;
+    for (const ParamTensor& t : l.table) {
+        if (t.name.find("xsa_logit") != std::string::npos) {
+            logit_grads++;
+            for (size_t i = 0; i < t.numel; i++) logit_grad_norm += (double)l.grads[t.offset + i] * l.grads[t.offset + i];
+        }
+        for (const ParamTensor& u : a.table)
+            if (u.name == t.name) shared++, differ += memcmp(l.grads + t.offset, a.grads + u.offset, t.numel * sizeof(float)) != 0;
+    }
+    check(memcmp(&la, &ll, sizeof la) == 0 && learn_logits_same && shared == (int)a.table.size() && differ == 0 && logit_grads == base.n_layer &&
+              logit_grad_norm > 0.0,
+          "%s: learnable alpha at a = 0 is bit-identical to XSA off (loss %s, logits %s, %d of %d gradients differ); its %d logits get a "
+          "gradient (norm %.2e > 0)", path.c_str(), memcmp(&la, &ll, sizeof la) == 0 ? "same" : "DIFFER", learn_logits_same ? "same" : "DIFFER",
+          differ, shared, logit_grads, sqrt(logit_grad_norm));
     gpt_free(&a);
     gpt_free(&b);
+    gpt_free(&l);
 }
 
 // ----------------------------------------------------------------------------------------------------
@@ -303,20 +340,32 @@ static double fd_error(std::vector<double>& x, const std::vector<double>& analyt
     return rel_l2(analytic.data(), numeric.data(), x.size());
 }
 
-static void test_xsa_finite_differences(int H, int Hkv, double alpha) {
+// The XSA op with one alpha for all heads, and with learnable per-head alphas (alpha = tanh(logit), the
+// logits' gradient from the per-token shares summed by xsa_alpha_backward_cpu): dy, dv and dlogit against
+// finite differences of the op's output.
+static void test_xsa_finite_differences(int H, int Hkv, double fixed_alpha, bool learnable) {
     const int tokens = 6, D = 8;
     Rng rng{1234};
     std::vector<double> y = random_vector((size_t)tokens * H * D, &rng), v = random_vector((size_t)tokens * Hkv * D, &rng);
     std::vector<double> w = random_vector(y.size(), &rng), z(y.size());
+    std::vector<double> logit = random_vector(H, &rng), alpha(H, fixed_alpha);  // logits in [-1, 1]: alphas differ per head
     auto loss = [&]() {
-        xsa_forward_cpu(z.data(), y.data(), v.data(), tokens, H, Hkv, D, alpha);
+        if (learnable) xsa_alpha_from_logit_cpu(alpha.data(), logit.data(), H);
+        xsa_forward_cpu(z.data(), y.data(), v.data(), tokens, H, Hkv, D, alpha.data());
         return weighted_sum(w, z);
     };
-    std::vector<double> dy(y.size()), dv(v.size(), 0.0);
-    xsa_backward_cpu(dy.data(), dv.data(), w.data(), y.data(), v.data(), tokens, H, Hkv, D, alpha);
-    double ey = fd_error(y, dy, loss), ev = fd_error(v, dv, loss);
-    check(ey <= FD_TOL && ev <= FD_TOL, "XSA op finite differences (H %d, Hkv %d, alpha %.2f): dy err %.1e, dv err %.1e <= %.0e", H, Hkv,
-          alpha, ey, ev, FD_TOL);
+    loss();
+    std::vector<double> dy(y.size()), dv(v.size(), 0.0), shares((size_t)tokens * H), dlogit(H, 0.0);
+    xsa_backward_cpu(dy.data(), dv.data(), learnable ? shares.data() : nullptr, w.data(), y.data(), v.data(), tokens, H, Hkv, D, alpha.data());
+    double ey = fd_error(y, dy, loss), ev = fd_error(v, dv, loss), ea = 0.0;
+    if (learnable) {
+        xsa_alpha_backward_cpu(dlogit.data(), shares.data(), alpha.data(), tokens, H);
+        ea = fd_error(logit, dlogit, loss);
+    }
+    char what[48];
+    snprintf(what, sizeof what, learnable ? "learnable alpha per head" : "alpha %.2f", fixed_alpha);
+    check(ey <= FD_TOL && ev <= FD_TOL && ea <= FD_TOL, "XSA op finite differences (H %d, Hkv %d, %s): dy err %.1e, dv err %.1e, dlogit err %.1e <= %.0e",
+          H, Hkv, what, ey, ev, ea, FD_TOL);
 }
 
 static void test_attention_finite_differences(int H, int Hkv, int window) {
@@ -351,6 +400,7 @@ static void test_alpha_one_orthogonal(const std::string& path) {
     SafetensorsFile ref = safetensors_read(path);
     GPTConfig c = config_from_metadata(ref);
     c.xsa_alpha = 1.0f;
+    c.xsa_learnable = false;
     c.xsa_layer.assign(c.n_layer, true);
     int B = std::stoi(ref.meta("batch")), T = c.seq_len;
     size_t N = (size_t)B * T;
@@ -504,6 +554,7 @@ static OptimConfig optim_from_metadata(const SafetensorsFile& f) {
     o.lr[GROUP_RESID] = meta_float(f, "lr_resid");
     o.lr[GROUP_X0] = meta_float(f, "lr_x0");
     o.lr[GROUP_SMEAR] = meta_float(f, "lr_smear");
+    o.lr[GROUP_XSA] = f.metadata.count("lr_xsa") ? meta_float(f, "lr_xsa") : 0.0f;  // learnable XSA trajectories only
     o.lr[GROUP_MATRIX] = meta_float(f, o.adamw_only ? "lr_matrix_adamw" : "lr_matrix");
     o.muon_wd = meta_float(f, "wd_muon_peak");
     o.matrix_adamw_wd = meta_float(f, "wd_matrix_adamw");
@@ -1300,9 +1351,10 @@ int main() {
         if (f.find("xsa") != std::string::npos || f.find("gqa") != std::string::npos) test_alpha_one_orthogonal(f);
     for (const std::string& f : files) check_diagnostics(f, "", [](const SafetensorsFile&, const std::string&) { return DIAGNOSTICS_TOL; });
 
-    test_xsa_finite_differences(4, 4, 1.0);
-    test_xsa_finite_differences(4, 2, 0.5);
-    test_xsa_finite_differences(6, 2, 1.0);
+    test_xsa_finite_differences(4, 4, 1.0, false);
+    test_xsa_finite_differences(4, 2, 0.5, false);
+    test_xsa_finite_differences(6, 2, 1.0, false);
+    test_xsa_finite_differences(4, 2, 0.0, true);
     test_attention_finite_differences(4, 4, 100);  // full causal
     test_attention_finite_differences(4, 2, 2);    // GQA, window shorter than T
     test_attention_finite_differences(2, 1, 0);    // each token sees only itself

@@ -14,7 +14,7 @@ Model (nanochat a825e63 and later; every formula in dev/docs/model.md), per toke
     x = resid_lambdas[i] * x + x0_lambdas[i] * x0
     h = norm(x);  q, k, v = h Wq^T, h Wk^T, h Wv^T;  v += 3 sigmoid(h[:12] Wg^T) * ve_i[idx]  (VE layers)
     q, k = 1.2 norm(rope(q)), 1.2 norm(rope(k));  y = causal windowed attention(q, k, v)
-    z = y - alpha * proj_v(y)  (XSA layers);  x = x + z Wproj^T
+    z = y - alpha_h * proj_v(y)  (XSA layers; alpha_h fixed, or tanh(a_h) learned);  x = x + z Wproj^T
     x = x + relu(norm(x) Wfc^T)^2 Wmlp^T
     if i == L/2: x_backout = x
   x = norm(x - backout_lambda * x_backout);  logits = 15 tanh(x lm_head^T / 15);  loss = cross-entropy
@@ -73,7 +73,8 @@ struct GPTConfig {
     int short_window = 512;   // keys a token sees besides itself in 'S' layers (nanochat: ceil(T/4/128)*128)
     bool value_embeds = true; // value embeddings on alternating layers ending with the last
     bool smear = true;        // mix the previous token's embedding into the current one
-    float xsa_alpha = 0.0f;   // XSA strength in [0, 1]
+    float xsa_alpha = 0.0f;   // XSA strength in [0, 1] (0 when learnable)
+    bool xsa_learnable = false;  // -x learn: alpha = tanh(a) per (layer, head), a a parameter starting at 0
     std::vector<bool> xsa_layer;  // per layer: run the XSA op (alpha 0 on a selected layer is exact too)
 };
 
@@ -163,6 +164,7 @@ static void validate_config(const GPTConfig& c, const char* file = nullptr) {
     if (c.window_pattern.empty() || c.window_pattern.size() > MAX_PATTERN || c.window_pattern.find_first_not_of("SL") != std::string::npos)
         fail("%s%s must be a string of S and L, got '%s'", where.c_str(), name("--window-pattern", "window_pattern"), c.window_pattern.c_str());
     if (!(c.xsa_alpha >= 0.0f && c.xsa_alpha <= 1.0f)) fail("%s%s must be in [0, 1], got %g", where.c_str(), name("-x (XSA alpha)", "xsa_alpha"), c.xsa_alpha);
+    if (c.xsa_learnable && c.xsa_alpha != 0.0f) fail("%sa learnable XSA alpha has no fixed value, got xsa_alpha %g", where.c_str(), c.xsa_alpha);
     if ((int)c.xsa_layer.size() != c.n_layer) fail("internal: XSA layer mask has %zu entries for %d layers", c.xsa_layer.size(), c.n_layer);
 }
 
@@ -177,7 +179,8 @@ static std::map<std::string, std::string> config_to_metadata(const GPTConfig& c)
             {"head_dim", std::to_string(c.head_dim)}, {"n_embd", std::to_string(c.n_embd)},
             {"seq_len", std::to_string(c.seq_len)}, {"window_pattern", c.window_pattern},
             {"short_window", std::to_string(c.short_window)}, {"value_embeds", c.value_embeds ? "1" : "0"},
-            {"smear", c.smear ? "1" : "0"}, {"xsa_alpha", alpha}, {"xsa_layers", layers == "none" ? "" : layers}};
+            {"smear", c.smear ? "1" : "0"}, {"xsa_alpha", alpha}, {"xsa_learnable", c.xsa_learnable ? "1" : "0"},
+            {"xsa_layers", layers == "none" ? "" : layers}};
 }
 
 // Numbers in a file's metadata: anything but a whole number in [lo, hi] (or a finite number) is an error
@@ -215,6 +218,7 @@ static GPTConfig config_from_metadata(const SafetensorsFile& file) {
     c.value_embeds = integer("value_embeds") != 0;
     c.smear = integer("smear") != 0;
     c.xsa_alpha = (float)metadata_double(file, "xsa_alpha");
+    c.xsa_learnable = file.metadata.count("xsa_learnable") && metadata_int(file, "xsa_learnable", 0, 1) == 1;  // absent in older files
     c.n_layer = (int)metadata_int(file, "n_layer", 1, 4096);
     c.xsa_layer = parse_layer_spec(file.meta("xsa_layers"), c.n_layer, file.path.c_str());
     validate_config(c, file.path.c_str());
@@ -237,6 +241,7 @@ struct LayerWeights {
     float* c_k;          // (Hkv*D, C)
     float* c_v;          // (Hkv*D, C)
     float* c_proj;       // (C, H*D)
+    float* xsa_logit;    // (H)             learnable XSA layers only: alpha_h = tanh(xsa_logit[h])
     float* ve_gate;      // (Hkv, 12)       VE layers only, else nullptr
     float* c_fc;         // (4C, C)
     float* mlp_proj;     // (C, 4C)
@@ -271,6 +276,7 @@ static std::vector<ParamTensor> param_table(const GPTConfig& c) {
         add(p + "attn.c_k.weight", {kvdim, C});
         add(p + "attn.c_v.weight", {kvdim, C});
         add(p + "attn.c_proj.weight", {C, qdim});
+        if (c.xsa_learnable && layer_has_xsa(c, l)) add(p + "attn.xsa_logit", {c.n_head});
         if (layer_has_ve(c, l)) add(p + "attn.ve_gate.weight", {c.n_kv_head, VE_GATE_CHANNELS});
         add(p + "mlp.c_fc.weight", {4 * C, C});
         add(p + "mlp.c_proj.weight", {C, 4 * C});
@@ -310,6 +316,7 @@ static void point_weights(Weights* w, float* base, const GPTConfig& c, const std
         lw.c_k = at(p + "attn.c_k.weight");
         lw.c_v = at(p + "attn.c_v.weight");
         lw.c_proj = at(p + "attn.c_proj.weight");
+        lw.xsa_logit = at(p + "attn.xsa_logit");
         lw.ve_gate = at(p + "attn.ve_gate.weight");
         lw.c_fc = at(p + "mlp.c_fc.weight");
         lw.mlp_proj = at(p + "mlp.c_proj.weight");
@@ -317,11 +324,17 @@ static void point_weights(Weights* w, float* base, const GPTConfig& c, const std
     }
 }
 
-enum ParamGroup { GROUP_LM_HEAD, GROUP_WTE, GROUP_VE, GROUP_RESID, GROUP_X0, GROUP_SMEAR, GROUP_MATRIX, NUM_GROUPS };
+enum ParamGroup { GROUP_LM_HEAD, GROUP_WTE, GROUP_VE, GROUP_RESID, GROUP_X0, GROUP_SMEAR, GROUP_XSA, GROUP_MATRIX, NUM_GROUPS };
 static const char* const GROUP_NAMES[NUM_GROUPS] = {"lm_head", "wte", "value_embeds", "resid_lambdas", "x0_lambdas",
-                                                    "smear/backout", "matrices"};
+                                                    "smear/backout", "xsa_alpha", "matrices"};
+
+static bool is_xsa_logit(const std::string& name) {
+    const std::string suffix = ".attn.xsa_logit";
+    return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
 
 static ParamGroup param_group(const std::string& name) {
+    if (is_xsa_logit(name)) return GROUP_XSA;
     if (name == "lm_head.weight") return GROUP_LM_HEAD;
     if (name == "transformer.wte.weight") return GROUP_WTE;
     if (name.rfind("value_embeds.", 0) == 0) return GROUP_VE;
@@ -344,7 +357,7 @@ static ParamCounts count_params(const GPTConfig& config) {
         if (t.name == "transformer.wte.weight") pc.wte += t.numel;
         else if (t.name == "lm_head.weight") pc.lm_head += t.numel;
         else if (t.name.rfind("value_embeds.", 0) == 0) pc.value_embeds += t.numel;
-        else if (t.name.rfind("transformer.h.", 0) == 0) pc.transformer_matrices += t.numel;
+        else if (t.name.rfind("transformer.h.", 0) == 0 && !is_xsa_logit(t.name)) pc.transformer_matrices += t.numel;
         else pc.scalars += t.numel;
         pc.total += t.numel;
     }
@@ -403,6 +416,7 @@ struct Acts {
     float* losses;      // (N)
     // backward scratch (shared by all layers)
     floatX *d_res, *d_x0, *d_backout, *d_h, *d_q, *d_k, *d_v, *d_y, *d_q_rot, *d_k_rot, *d_fc, *d_ve;
+    float* d_xsa_alpha;  // (N, H)  per-token shares of dL/dalpha; learnable XSA only
 };
 
 // Hands out typed, 256-byte aligned pieces of one allocation; with base == nullptr it only counts bytes.
@@ -464,6 +478,7 @@ static void carve_acts(Acts* a, Carver* cv, const GPTConfig& c, int B, int T) {
     a->d_k_rot = cv->take<floatX>(N * kvd);
     a->d_fc = cv->take<floatX>(N * 4 * C);
     a->d_ve = cv->take<floatX>(N * kvd);
+    a->d_xsa_alpha = c.xsa_learnable ? cv->take<float>(N * c.n_head) : nullptr;
 }
 
 // What the backend allocates for a model and a (B, seq_len) micro-batch, in bytes: fp32 masters and
@@ -551,6 +566,8 @@ struct GPT {
     float* rope_sin = nullptr;
     int rope_T = 0;
     std::vector<float> losses_host;  // per-token losses of the last gpt_forward, for the mean
+    float* xsa_alpha = nullptr;      // (L, H) backend memory: the XSA strength of each layer and query head (a row is read
+                                     // on XSA layers only): -x's value, or tanh of the layer's xsa_logit (gpt_refresh_derived_weights)
     float* step_sums = nullptr;      // (3) backend memory, one training step's: [0] the mean loss (summed by the micro-steps),
                                      // [1] the squared norm of the gradient, [2] that of the updated parameters (train_step)
     BackendGraph micro_step_graph;   // the training micro-step (forward, loss, backward) as a CUDA graph
@@ -567,6 +584,9 @@ static void gpt_build(GPT* model, const GPTConfig& config) {
     backend_zero(model->params, bytes);
     backend_zero(model->grads, bytes);
     model->step_sums = (float*)backend_malloc(STEP_SUMS * sizeof(float), "step sums");
+    const std::vector<float> fixed_alpha((size_t)config.n_layer * config.n_head, config.xsa_alpha);
+    model->xsa_alpha = (float*)backend_malloc(fixed_alpha.size() * sizeof(float), "XSA alphas");
+    backend_upload(model->xsa_alpha, fixed_alpha.data(), fixed_alpha.size() * sizeof(float));  // a learnable alpha: replaced from the logits
 #ifdef __CUDACC__
     model->params_mm = (floatX*)backend_malloc(model->num_params * sizeof(floatX), "bf16 weights");
     model->params_host = (float*)calloc(model->num_params, sizeof(float));
@@ -589,6 +609,7 @@ static void gpt_free(GPT* model) {
     backend_free(model->rope_cos);
     backend_free(model->rope_sin);
     backend_free(model->step_sums);
+    backend_free(model->xsa_alpha);
     backend_graph_reset(&model->micro_step_graph);
 #ifdef __CUDACC__
     backend_free(model->params_mm);
@@ -598,19 +619,21 @@ static void gpt_free(GPT* model) {
     *model = GPT();
 }
 
-// After the masters changed (optimizer step): refresh the matmuls' bf16 copy (nothing to do on the CPU).
-static void gpt_refresh_matmul_weights(GPT* model) {
+// After the masters changed (optimizer step, loading): refresh what is computed from them: the matmuls'
+// bf16 copy (CUDA; on the CPU the matmuls read the masters) and a learnable XSA alpha, tanh of its logits.
+static void gpt_refresh_derived_weights(GPT* model) {
 #ifdef __CUDACC__
     cast_to_bf16_cuda(model->params_mm, model->params, model->num_params, g_backend.stream);
-#else
-    (void)model;
 #endif
+    const GPTConfig& c = model->config;
+    for (int l = 0; l < c.n_layer; l++)
+        if (model->w.h[l].xsa_logit) xsa_alpha_from_logit(model->xsa_alpha + (size_t)l * c.n_head, model->w.h[l].xsa_logit, c.n_head);
 }
 
 // params_host -> the backend (after initialisation or loading)
 static void gpt_params_to_backend(GPT* model) {
     if (model->params_host != model->params) backend_upload(model->params, model->params_host, model->num_params * sizeof(float));
-    gpt_refresh_matmul_weights(model);
+    gpt_refresh_derived_weights(model);
 }
 
 // the backend -> params_host (before writing a file)
@@ -640,6 +663,7 @@ static void gpt_init_weights(GPT* model, uint64_t seed) {
         fill_uniform(lw.c_v, kvd * C, -s, s, &rng);
         fill_uniform(lw.c_fc, (size_t)4 * C * C, -0.4f * s, 0.4f * s, &rng);
         memset(lw.c_proj, 0, (size_t)C * qd * sizeof(float));
+        if (lw.xsa_logit) memset(lw.xsa_logit, 0, (size_t)c.n_head * sizeof(float));  // alpha = tanh(0) = 0: the baseline at step 0
         memset(lw.mlp_proj, 0, (size_t)C * 4 * C * sizeof(float));
     }
     for (int l = 0; l < L; l++) {
@@ -752,6 +776,11 @@ static void gpt_set_batch(GPT* model, const int* idx, const int* targets, int B,
 // ----------------------------------------------------------------------------------------------------
 // Forward
 
+// Layer l's XSA strengths (H, backend memory), or null on a layer without XSA
+static const float* layer_alpha(const GPT* model, int l) {
+    return layer_has_xsa(model->config, l) ? model->xsa_alpha + (size_t)l * model->config.n_head : nullptr;
+}
+
 // The forward of the batch set last, enqueued on the backend (no host work: a CUDA graph can hold it).
 // Leaves every activation the backward needs; with targets, the per-token losses in acts.losses and the
 // softcapped logits in acts.logits (B*T, V); without, the softcapped logits.
@@ -786,7 +815,7 @@ static void gpt_forward_pass(GPT* model, bool with_targets) {
         rotary_rmsnorm_forward(la.q, la.q_rstd, model->rope_cos, model->rope_sin, B, T, H, D, QK_SCALE);
         rotary_rmsnorm_forward(la.k, la.k_rstd, model->rope_cos, model->rope_sin, B, T, Hkv, D, QK_SCALE);
         backend_phase("forward: attention (+ XSA)");
-        attention_xsa_forward(la.z, la.y, la.lse, la.q, la.k, la.v, B, T, H, Hkv, D, layer_window(c, l), layer_has_xsa(c, l), c.xsa_alpha);
+        attention_xsa_forward(la.z, la.y, la.lse, la.q, la.k, la.v, B, T, H, Hkv, D, layer_window(c, l), layer_alpha(model, l));
         backend_phase("forward: attention output projection");
         matmul_forward_add(la.x_attn, la.z, mm(lw.c_proj), la.x_mix, N, qd, C);
         // MLP branch
@@ -865,8 +894,9 @@ static void gpt_backward(GPT* model, float grad_scale) {
         backend_phase("backward: attention output projection");
         matmul_backward(a.d_y, lg.c_proj, a.d_res, la.z, mm(lw.c_proj), N, qd, C, GRAD_OVERWRITE);  // d_y holds dL/dz
         backend_phase("backward: attention (+ XSA)");
-        attention_xsa_backward(a.d_q, a.d_k, a.d_v, a.d_y, la.q, la.k, la.v, la.y, la.lse, B, T, H, Hkv, D, layer_window(c, l),
-                               layer_has_xsa(c, l), c.xsa_alpha);
+        attention_xsa_backward(a.d_q, a.d_k, a.d_v, lg.xsa_logit ? a.d_xsa_alpha : nullptr, a.d_y, la.q, la.k, la.v, la.y, la.lse, B, T,
+                               H, Hkv, D, layer_window(c, l), layer_alpha(model, l));
+        if (lg.xsa_logit) xsa_alpha_backward(lg.xsa_logit, a.d_xsa_alpha, layer_alpha(model, l), N, H);
         backend_phase("backward: rotary + QK-norm, q k v, value embeds, norm, lambda mix");
         rotary_rmsnorm_backward(a.d_q_rot, a.d_q, la.q, la.q_rstd, model->rope_cos, model->rope_sin, B, T, H, D, QK_SCALE);
         rotary_rmsnorm_backward(a.d_k_rot, a.d_k, la.k, la.k_rstd, model->rope_cos, model->rope_sin, B, T, Hkv, D, QK_SCALE);
@@ -903,9 +933,10 @@ static void gpt_backward(GPT* model, float grad_scale) {
 // matrices with AdamW too (the original XSA paper's setting). Then the schedules and the training plan.
 
 // AdamW settings per group (dev/docs/optim.md#parameter-groups); the matrix column applies in --optimizer adamw mode only
-static const float ADAM_BETA1[NUM_GROUPS] = {0.8f, 0.8f, 0.8f, 0.8f, 0.96f, 0.8f, 0.9f};
-static const float ADAM_BETA2[NUM_GROUPS] = {0.96f, 0.995f, 0.995f, 0.95f, 0.95f, 0.95f, 0.95f};
-static const float ADAM_WD[NUM_GROUPS] = {0.01f, 0.001f, 0.01f, 0.05f, 0.0f, 0.0f, -1.0f /* --adamw-matrix-wd */};
+// (the XSA logits' group, not in nanochat: modded-nanogpt's Adam settings for scalars, no weight decay)
+static const float ADAM_BETA1[NUM_GROUPS] = {0.8f, 0.8f, 0.8f, 0.8f, 0.96f, 0.8f, 0.8f, 0.9f};
+static const float ADAM_BETA2[NUM_GROUPS] = {0.96f, 0.995f, 0.995f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f};
+static const float ADAM_WD[NUM_GROUPS] = {0.01f, 0.001f, 0.01f, 0.05f, 0.0f, 0.0f, 0.0f, -1.0f /* --adamw-matrix-wd */};
 static const float ADAM_EPS = 1e-10f;
 
 struct OptimConfig {
@@ -1080,7 +1111,7 @@ static void optimizer_step(Optimizer* opt, GPT* model) {
         }
 #endif
     }
-    gpt_refresh_matmul_weights(model);
+    gpt_refresh_derived_weights(model);
     opt->step++;
 }
 
@@ -1091,6 +1122,7 @@ struct OptimArgs {
     std::string optimizer = "muon";
     bool muon_eq = true, muon_plus = true;
     float embedding_lr = 0.3f, unembedding_lr = 0.008f, matrix_lr = 0.02f, scalar_lr = 0.5f, smear_lr = 0.2f;
+    float xsa_lr = 0.04f;         // learnable XSA alpha (not in nanochat: modded-nanogpt's Adam lr for scalars)
     float weight_decay = 0.28f;   // Muon, at the d12 reference; transferred by the T_epoch rule
     float adamw_matrix_lr = 0.003f, adamw_matrix_wd = 0.1f;
     float param_data_ratio = 12.0f;
@@ -1146,6 +1178,7 @@ static TrainingPlan plan_training(const GPTConfig& model, const OptimArgs& a) {
     o.lr[GROUP_RESID] = (float)(a.scalar_lr * b * 0.01);
     o.lr[GROUP_X0] = (float)(a.scalar_lr * b);
     o.lr[GROUP_SMEAR] = a.smear_lr;  // not batch-scaled (dev/docs/optim.md#learning-rate-scaling)
+    o.lr[GROUP_XSA] = (float)(a.xsa_lr * b);
     o.lr[GROUP_MATRIX] = (float)((o.adamw_only ? a.adamw_matrix_lr : a.matrix_lr) * b);
     o.muon_wd = (float)(a.weight_decay * b * (plan.reference_tokens / plan.target_tokens));
     o.matrix_adamw_wd = a.adamw_matrix_wd;
@@ -1701,8 +1734,10 @@ static const char* const USAGE =
         "  --smear 0|1            smear the previous token's embedding (default 1)\n"
         "  --seed N               initialisation seed (default 42)\n"
         "XSA\n"
-        "  -x, --xsa ALPHA        XSA strength in [0, 1] (default 0 = standard attention)\n"
+        "  -x, --xsa ALPHA        XSA strength in [0, 1] (default 0 = standard attention), or learn: one alpha\n"
+        "                         per layer and head, tanh of a parameter that starts at 0 (the baseline)\n"
         "  --xsa-layers SPEC      all | none | comma list of L, A-B, last:K (default all)\n"
+        "  --xsa-lr F             with -x learn: AdamW lr of the alpha logits (0.04, batch-scaled; no weight decay)\n"
         "Optimizer (nanochat's MuonAdamW; lrs are the d12 values, scaled by the batch and width rules)\n"
         "  --optimizer muon|adamw Muon for block matrices + AdamW for the rest (default), or AdamW for all\n"
         "  --muon-eq 0|1          MuonEq row equilibration (default 1; 0 with --muon-plus 0 = the March-June\n"
@@ -1842,6 +1877,7 @@ static Args parse_args(int argc, char** argv) {
     std::string pattern = "SSSL", xsa_layers = "all";
     bool value_embeds = true, smear = true;
     float alpha = 0.0f;
+    bool learnable = false;
     bool data_given = false, core_given = false, xsa_layers_given = false;
     for (int i = 1; i < argc; i++) {
         std::string flag = argv[i];
@@ -1874,7 +1910,13 @@ static Args parse_args(int argc, char** argv) {
         else if (flag == "--short-window") short_window = (int)at_least(parse_int32(f, value), 0);
         else if (flag == "--value-embeds") value_embeds = parse_bool(f, value);
         else if (flag == "--smear") smear = parse_bool(f, value);
-        else if (flag == "-x" || flag == "--xsa") alpha = parse_float(f, value);
+        else if (flag == "-x" || flag == "--xsa") {
+            learnable = !strcmp(value, "learn");
+            char* end = nullptr;
+            alpha = learnable ? 0.0f : strtof(value, &end);
+            if (!learnable && (end == value || *end != '\0' || !(alpha >= 0.0f && alpha <= 1.0f)))
+                fail("-x (XSA alpha) must be a number in [0, 1] or learn, got '%s'", value);
+        }
         else if (flag == "--xsa-layers") xsa_layers = value, xsa_layers_given = true;
         else if (flag == "--xsa-fused") args.xsa_fused = parse_bool(f, value);
         else if (flag == "--cuda-graphs") args.cuda_graphs = parse_bool(f, value);
@@ -1887,6 +1929,7 @@ static Args parse_args(int argc, char** argv) {
         else if (flag == "--unembedding-lr") o.unembedding_lr = parse_float(f, value);
         else if (flag == "--scalar-lr") o.scalar_lr = parse_float(f, value);
         else if (flag == "--smear-lr") o.smear_lr = parse_float(f, value);
+        else if (flag == "--xsa-lr") o.xsa_lr = parse_float(f, value);
         else if (flag == "--weight-decay") o.weight_decay = parse_float(f, value);
         else if (flag == "--adamw-matrix-lr") o.adamw_matrix_lr = parse_float(f, value);
         else if (flag == "--adamw-matrix-wd") o.adamw_matrix_wd = parse_float(f, value);
@@ -1932,7 +1975,7 @@ static Args parse_args(int argc, char** argv) {
         if (v != -1 && v < 1) fail("--dim, --heads, --kv-heads and --head-dim must be positive");
     OptimArgs& o = args.optim;
     if (o.optimizer != "muon" && o.optimizer != "adamw") fail("--optimizer must be muon or adamw, got '%s'", o.optimizer.c_str());
-    for (float lr : {o.matrix_lr, o.embedding_lr, o.unembedding_lr, o.scalar_lr, o.smear_lr, o.adamw_matrix_lr, o.weight_decay, o.adamw_matrix_wd})
+    for (float lr : {o.matrix_lr, o.embedding_lr, o.unembedding_lr, o.scalar_lr, o.smear_lr, o.xsa_lr, o.adamw_matrix_lr, o.weight_decay, o.adamw_matrix_wd})
         if (lr < 0.0f) fail("learning rates and weight decays must be >= 0");
     if (o.warmup_steps < 0 || o.momentum_warmup_steps < 1) fail("--warmup-steps must be >= 0 and --momentum-warmup-steps >= 1");
     if (!(o.warmdown_ratio >= 0.0f && o.warmdown_ratio <= 1.0f)) fail("--warmdown-ratio must be in [0, 1], got %g", o.warmdown_ratio);
@@ -1961,11 +2004,11 @@ static Args parse_args(int argc, char** argv) {
     c.value_embeds = value_embeds;
     c.smear = smear;
     c.xsa_alpha = alpha;
-    if (!(alpha >= 0.0f && alpha <= 1.0f)) fail("-x (XSA alpha) must be in [0, 1], got %g", alpha);
+    c.xsa_learnable = learnable;
     c.xsa_layer = parse_layer_spec(xsa_layers, depth);
-    // alpha = 0 is standard attention: skip the op rather than run it as a no-op
-    if (alpha == 0.0f) c.xsa_layer.assign(depth, false);
-    if (alpha == 0.0f && xsa_layers_given)
+    // a fixed alpha = 0 is standard attention: skip the op rather than run it as a no-op
+    if (alpha == 0.0f && !learnable) c.xsa_layer.assign(depth, false);
+    if (alpha == 0.0f && !learnable && xsa_layers_given)
         printf("warning: --xsa-layers %s without -x: alpha is 0, so no layer uses XSA (-x 1 for full XSA on them)\n", xsa_layers.c_str());
     validate_config(c);  // the vocabulary comes from the tokenizer later; the rest is checked now
     if (!data_given) default_data(&args, core_given);
@@ -1984,7 +2027,8 @@ static void print_model(const GPTConfig& c, int B, double available) {
     std::string windows;
     for (int l = 0; l < c.n_layer; l++) windows += (l ? "," : "") + std::to_string(layer_window(c, l));
     printf("windows: %s | value embeddings %s | smear %s\n", windows.c_str(), c.value_embeds ? "on" : "off", c.smear ? "on" : "off");
-    printf("XSA: alpha %g on layers %s\n", c.xsa_alpha, layer_list(c.xsa_layer).c_str());
+    if (c.xsa_learnable) printf("XSA: learnable alpha = tanh(a) per head, a starting at 0, on layers %s\n", layer_list(c.xsa_layer).c_str());
+    else printf("XSA: alpha %g on layers %s\n", c.xsa_alpha, layer_list(c.xsa_layer).c_str());
     printf("parameters: wte %zu | value_embeds %zu | lm_head %zu | transformer matrices %zu | scalars %zu | total %zu\n",
            pc.wte, pc.value_embeds, pc.lm_head, pc.transformer_matrices, pc.scalars, pc.total);
     printf("scaling parameters (matrices + lm_head): %zu | FLOPs/token (6N + attention): %.4e\n", pc.scaling, flops_per_token(c));
@@ -2264,6 +2308,26 @@ static void run_estimate(Run* run) {
                "shorten it\n", duration(train_s + eval_s).c_str(), backend_device_name().c_str());
 }
 
+// A learnable XSA alpha: each layer's mean over heads printed, every (layer, head) logged as
+// {"kind": "xsa_alpha", "alpha": {"LAYER": [alpha per head], ..}}.
+static void log_learned_alpha(Run* run, int step) {
+    const GPTConfig& c = run->args.config;
+    std::vector<float> alpha((size_t)c.n_layer * c.n_head);
+    backend_download(alpha.data(), run->model.xsa_alpha, alpha.size() * sizeof(float));
+    JsonLine layers;
+    std::string means;
+    for (int l = 0; l < c.n_layer; l++) {
+        if (!layer_has_xsa(c, l)) continue;
+        const std::vector<double> heads(alpha.begin() + (size_t)l * c.n_head, alpha.begin() + (size_t)(l + 1) * c.n_head);
+        layers.array(std::to_string(l).c_str(), heads, "%.6f");
+        char buf[48];
+        snprintf(buf, sizeof buf, "%s%d: %.4f", means.empty() ? "" : ", ", l, mean_of(heads));
+        means += buf;
+    }
+    printf("step %d/%d | learned XSA alpha, mean over heads: %s\n", step, run->num_steps, means.c_str());
+    metrics_write(&run->metrics, JsonLine().num("step", (long long)step).str("kind", "xsa_alpha").raw("alpha", layers.text()));
+}
+
 // Validation bits per byte and the attention diagnostics: printed and logged.
 static void run_evaluate(Run* run, int step) {
     const double t0 = wall_ms();
@@ -2274,8 +2338,9 @@ static void run_evaluate(Run* run, int step) {
     printf("step %d/%d | val bpb %.6f | %.1f s\n", step, run->num_steps, bpb, (wall_ms() - t0) / 1000.0);
     const long eval_tokens = (long)run->eval_steps * run->B * run->T;
     metrics_write(&run->metrics, JsonLine().num("step", (long long)step).str("kind", "eval").num("val_bpb", bpb, "%.8f").num("eval_tokens", (long long)eval_tokens));
-    if (diag.cos_yv.empty()) return;
     const GPTConfig& c = run->args.config;
+    if (c.xsa_learnable) log_learned_alpha(run, step);
+    if (diag.cos_yv.empty()) return;
     char after_xsa[64] = "";
     if (std::count(c.xsa_layer.begin(), c.xsa_layer.end(), true) > 0)
         snprintf(after_xsa, sizeof after_xsa, " -> cos(z, v) %.4f after XSA", mean_of(diag.cos_zv));

@@ -1,7 +1,9 @@
 // xsa.cuh: Exclusive Self-Attention (Zhai 2026; dev/docs/model.md#xsa). After attention and before
-// c_proj, each query head's output y_i loses (a fraction alpha of) its component along the token's own
+// c_proj, each query head's output y_i loses (a fraction alpha_h of) its component along the token's own
 // value vector v_i (of the kv head that the query head reads, after the value-embedding mix):
-//     z_i = y_i - alpha * (y_i . v_i) / (v_i . v_i + eps) * v_i
+//     z_i = y_i - alpha_h * (y_i . v_i) / (v_i . v_i + eps) * v_i
+// alpha has one entry per query head: a fixed alpha (-x 0.5) fills them all; a learnable one (-x learn)
+// is alpha_h = tanh(a_h) of a per-head logit a trained with the model (dev/docs/model.md#learnable-alpha).
 // alpha = 0 gives z = y exactly (y - 0 * ...), so the op may run with alpha = 0 and stay bit-identical.
 #pragma once
 
@@ -14,9 +16,9 @@ static const float XSA_EPS = 1e-8f;
 // CPU backend (templated on the scalar type so the tests can check the backward by finite differences
 // in double precision; the model uses float)
 
-// y (B*T, H, D), v (B*T, Hkv, D) -> z (B*T, H, D)
+// y (B*T, H, D), v (B*T, Hkv, D), alpha (H) -> z (B*T, H, D)
 template <typename real>
-static inline void xsa_forward_cpu(real* z, const real* y, const real* v, size_t tokens, int H, int Hkv, int D, real alpha) {
+static inline void xsa_forward_cpu(real* z, const real* y, const real* v, size_t tokens, int H, int Hkv, int D, const real* alpha) {
     const int group = H / Hkv;
 #pragma omp parallel for schedule(static)
     for (long n = 0; n < (long)tokens; n++)
@@ -29,18 +31,20 @@ static inline void xsa_forward_cpu(real* z, const real* y, const real* v, size_t
                 s += yi[d] * vi[d];
                 vv += vi[d] * vi[d];
             }
-            real coef = alpha * (s / (vv + (real)XSA_EPS));
+            real coef = alpha[h] * (s / (vv + (real)XSA_EPS));
             for (int d = 0; d < D; d++) zi[d] = yi[d] - coef * vi[d];
         }
 }
 
-// With g = dL/dz, n = v.v + eps, p = (y.v) / n, u = g.v:
-//   dy = g - alpha (u / n) v                                  (overwrites dy)
-//   dv += -alpha ((u / n) y + p g - 2 p (u / n) v)            (accumulated over the query heads of a kv head)
-// dz, y, dy (B*T, H, D); v, dv (B*T, Hkv, D). dy may alias dz (each row is read before it is written).
+// With g = dL/dz, n = v.v + eps, p = (y.v) / n, u = g.v, per (token, query head h):
+//   dy = g - alpha_h (u / n) v                                (overwrites dy)
+//   dv += -alpha_h ((u / n) y + p g - 2 p (u / n) v)          (accumulated over the query heads of a kv head)
+//   dalpha = -p u                                             (this token's share of dL/dalpha_h; only if dalpha)
+// dz, y, dy (B*T, H, D); v, dv (B*T, Hkv, D); alpha (H); dalpha (B*T, H) or nullptr (fixed alpha).
+// dy may alias dz (each row is read before it is written).
 template <typename real>
-static inline void xsa_backward_cpu(real* dy, real* dv, const real* dz, const real* y, const real* v,
-                                    size_t tokens, int H, int Hkv, int D, real alpha) {
+static inline void xsa_backward_cpu(real* dy, real* dv, real* dalpha, const real* dz, const real* y, const real* v,
+                                    size_t tokens, int H, int Hkv, int D, const real* alpha) {
     const int group = H / Hkv;
 #pragma omp parallel for schedule(static)
     for (long n = 0; n < (long)tokens; n++)
@@ -60,13 +64,32 @@ static inline void xsa_backward_cpu(real* dy, real* dv, const real* dz, const re
                     u += gi[d] * vi[d];
                 }
                 real p = s / nrm, un = u / nrm;
+                if (dalpha) dalpha[(size_t)n * H + h] = -p * u;
                 for (int d = 0; d < D; d++) {
                     real g = gi[d];
-                    dvi[d] += -alpha * (un * yi[d] + p * g - 2 * p * un * vi[d]);
-                    dyi[d] = g - alpha * un * vi[d];
+                    dvi[d] += -alpha[h] * (un * yi[d] + p * g - 2 * p * un * vi[d]);
+                    dyi[d] = g - alpha[h] * un * vi[d];
                 }
             }
         }
+}
+
+// Learnable alpha (dev/docs/model.md#learnable-alpha): alpha_h = tanh(a_h), so a = 0 starts as the
+// baseline and |alpha| stays below 1. alpha, logit (H).
+template <typename real>
+static inline void xsa_alpha_from_logit_cpu(real* alpha, const real* logit, int H) {
+    for (int h = 0; h < H; h++) alpha[h] = std::tanh(logit[h]);
+}
+
+// d_logit[h] += (1 - alpha_h^2) * sum_n dalpha[n, h]: the per-token shares of xsa_backward summed over the
+// tokens in order (in double), through tanh's derivative. d_logit, alpha (H); dalpha (tokens, H).
+template <typename real>
+static inline void xsa_alpha_backward_cpu(real* d_logit, const real* dalpha, const real* alpha, size_t tokens, int H) {
+    for (int h = 0; h < H; h++) {
+        double sum = 0.0;
+        for (size_t n = 0; n < tokens; n++) sum += (double)dalpha[n * H + h];
+        d_logit[h] += (real)((1.0 - (double)alpha[h] * alpha[h]) * sum);
+    }
 }
 
 // ----------------------------------------------------------------------------------------------------
@@ -146,10 +169,10 @@ __device__ __forceinline__ void xsa_store2(floatX* row, int lane, int e, float a
     *reinterpret_cast<__nv_bfloat162*>(row + 2 * lane + 64 * e) = __floats2bfloat162_rn(a, b);
 }
 
-// z, y (tokens, H, D); v (tokens, Hkv, D). One warp per (token, head); blockDim.x a multiple of 32.
+// z, y (tokens, H, D); v (tokens, Hkv, D); alpha (H). One warp per (token, head); blockDim.x a multiple of 32.
 template <int D>
 __global__ void xsa_forward_kernel(floatX* z, const floatX* y, const floatX* v, size_t tokens, int H, int Hkv,
-                                   float alpha) {
+                                   const float* alpha) {
     constexpr int E = D / 64;  // bf16 pairs per lane
     const int lane = threadIdx.x % 32;
     const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // = token * H + head
@@ -169,23 +192,24 @@ __global__ void xsa_forward_kernel(floatX* z, const floatX* y, const floatX* v, 
     }
     s = warp_sum(s);
     nn = warp_sum(nn);
-    const float coef = alpha * (s / (nn + XSA_EPS));
+    const float coef = alpha[h] * (s / (nn + XSA_EPS));
 #pragma unroll
     for (int e = 0; e < E; e++) xsa_store2(z + row * D, lane, e, yy[e].x - coef * vv[e].x, yy[e].y - coef * vv[e].y);
 }
 
 // One warp per (token, kv head): it owns that dv row and visits the query heads of the group in order, so
 // the sum over the group needs no atomics. With g = dz, n = v.v + eps, p = (y.v) / n, u = g.v:
-//   dy = g - alpha (u / n) v;   extra = -alpha sum_h ((u / n) y + p g - 2 p (u / n) v)
+//   dy = g - alpha_h (u / n) v;   extra = -sum_h alpha_h ((u / n) y + p g - 2 p (u / n) v);   dalpha = -p u
 // FUSED = false (the unfused op): dy (bf16) =, dv (bf16) += extra (added in fp32, rounded once).
 // FUSED = true (attention_backward_xsa_cuda's preprocessing): dy =, dv_extra (fp32, (tokens, Hkv, D)) =
 //   extra, and delta (B, H, T) = rowsum(dy * y) of the bf16-rounded dy the attention matmuls will read.
-// dz, y, dy (tokens, H, D); v, dv (tokens, Hkv, D); tokens = B T. dy may alias dz: each lane reads its
-// elements of a row before it writes them, and no other lane touches them.
+// dz, y, dy (tokens, H, D); v, dv (tokens, Hkv, D); alpha (H); dalpha (tokens, H) fp32, written only when
+// not null (learnable alpha); tokens = B T. dy may alias dz: each lane reads its elements of a row before it
+// writes them, and no other lane touches them.
 template <int D, bool FUSED>
-__global__ void xsa_backward_kernel(floatX* dy, floatX* dv, float* dv_extra, float* delta, const floatX* dz,
+__global__ void xsa_backward_kernel(floatX* dy, floatX* dv, float* dv_extra, float* delta, float* dalpha, const floatX* dz,
                                     const floatX* y, const floatX* v, size_t tokens, int T, int H, int Hkv,
-                                    float alpha) {
+                                    const float* alpha) {
     constexpr int E = D / 64;
     const int lane = threadIdx.x % 32;
     const size_t w = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // = token * Hkv + kv head
@@ -212,16 +236,17 @@ __global__ void xsa_backward_kernel(floatX* dy, floatX* dv, float* dv_extra, flo
             s += yy[e].x * vv[e].x + yy[e].y * vv[e].y;
             u += gg[e].x * vv[e].x + gg[e].y * vv[e].y;
         }
-        const float p = warp_sum(s) / nrm, un = warp_sum(u) / nrm;
+        const float u_sum = warp_sum(u), p = warp_sum(s) / nrm, un = u_sum / nrm, a = alpha[h];
+        if (dalpha && lane == 0) dalpha[n * H + h] = -p * u_sum;
         float dl = 0.0f;
 #pragma unroll
         for (int e = 0; e < E; e++) {
-            const __nv_bfloat162 d2 = __floats2bfloat162_rn(gg[e].x - alpha * un * vv[e].x, gg[e].y - alpha * un * vv[e].y);
+            const __nv_bfloat162 d2 = __floats2bfloat162_rn(gg[e].x - a * un * vv[e].x, gg[e].y - a * un * vv[e].y);
             *reinterpret_cast<__nv_bfloat162*>(dy + row + 2 * lane + 64 * e) = d2;
             const float2 df = __bfloat1622float2(d2);
             dl += df.x * yy[e].x + df.y * yy[e].y;
-            ext[e].x += -alpha * (un * yy[e].x + p * gg[e].x - 2.0f * p * un * vv[e].x);
-            ext[e].y += -alpha * (un * yy[e].y + p * gg[e].y - 2.0f * p * un * vv[e].y);
+            ext[e].x += -a * (un * yy[e].x + p * gg[e].x - 2.0f * p * un * vv[e].x);
+            ext[e].y += -a * (un * yy[e].y + p * gg[e].y - 2.0f * p * un * vv[e].y);
         }
         if (FUSED) {
             dl = warp_sum(dl);
@@ -328,9 +353,9 @@ static inline void xsa_check_shape(int H, int Hkv, int D, const char* who) {
     if (Hkv <= 0 || H % Hkv != 0) fail("%s: %d query heads are not a multiple of %d kv heads", who, H, Hkv);
 }
 
-// z, y (tokens, H, D); v (tokens, Hkv, D) -> z = y - alpha proj_v(y)
+// z, y (tokens, H, D); v (tokens, Hkv, D); alpha (H, device) -> z = y - alpha proj_v(y)
 static inline void xsa_forward_cuda(floatX* z, const floatX* y, const floatX* v, size_t tokens, int H, int Hkv, int D,
-                                    float alpha, cudaStream_t stream) {
+                                    const float* alpha, cudaStream_t stream) {
     xsa_check_shape(H, Hkv, D, "xsa_forward_cuda");
     const int block = 256, grid = ceil_div((long)(tokens * H), block / 32);
     if (grid == 0) return;
@@ -339,15 +364,46 @@ static inline void xsa_forward_cuda(floatX* z, const floatX* y, const floatX* v,
     cudaCheckLaunch();
 }
 
-// dz, y, dy (tokens, H, D); v, dv (tokens, Hkv, D): dy = (may alias dz), dv += the XSA term
-static inline void xsa_backward_cuda(floatX* dy, floatX* dv, const floatX* dz, const floatX* y, const floatX* v,
-                                     size_t tokens, int H, int Hkv, int D, float alpha, cudaStream_t stream) {
+// dz, y, dy (tokens, H, D); v, dv (tokens, Hkv, D); alpha (H); dalpha (tokens, H) or nullptr:
+// dy = (may alias dz), dv += the XSA term, dalpha = the per-token shares of dL/dalpha
+static inline void xsa_backward_cuda(floatX* dy, floatX* dv, float* dalpha, const floatX* dz, const floatX* y, const floatX* v,
+                                     size_t tokens, int H, int Hkv, int D, const float* alpha, cudaStream_t stream) {
     xsa_check_shape(H, Hkv, D, "xsa_backward_cuda");
     const int block = 256, grid = ceil_div((long)(tokens * Hkv), block / 32);
     if (grid == 0) return;
     // T only places delta, which the unfused op does not write: pass 1
-    if (D == 64) xsa_backward_kernel<64, false><<<grid, block, 0, stream>>>(dy, dv, nullptr, nullptr, dz, y, v, tokens, 1, H, Hkv, alpha);
-    else xsa_backward_kernel<128, false><<<grid, block, 0, stream>>>(dy, dv, nullptr, nullptr, dz, y, v, tokens, 1, H, Hkv, alpha);
+    if (D == 64) xsa_backward_kernel<64, false><<<grid, block, 0, stream>>>(dy, dv, nullptr, nullptr, dalpha, dz, y, v, tokens, 1, H, Hkv, alpha);
+    else xsa_backward_kernel<128, false><<<grid, block, 0, stream>>>(dy, dv, nullptr, nullptr, dalpha, dz, y, v, tokens, 1, H, Hkv, alpha);
+    cudaCheckLaunch();
+}
+
+// Learnable alpha (see the CPU twins). alpha, logit (H), one thread per head.
+__global__ void xsa_alpha_from_logit_kernel(float* alpha, const float* logit, int H) {
+    const int h = blockIdx.x * blockDim.x + threadIdx.x;
+    if (h < H) alpha[h] = tanhf(logit[h]);
+}
+
+static inline void xsa_alpha_from_logit_cuda(float* alpha, const float* logit, int H, cudaStream_t stream) {
+    xsa_alpha_from_logit_kernel<<<ceil_div(H, 256), 256, 0, stream>>>(alpha, logit, H);
+    cudaCheckLaunch();
+}
+
+// d_logit[h] += (1 - alpha_h^2) sum_n dalpha[n, h]: one block per head; thread i sums tokens i, i + 256, ..
+// in order, then block_sum (fixed order): deterministic. d_logit, alpha (H); dalpha (tokens, H).
+constexpr int XSA_ALPHA_THREADS = 256;
+__global__ void __launch_bounds__(XSA_ALPHA_THREADS) xsa_alpha_backward_kernel(float* d_logit, const float* dalpha, const float* alpha,
+                                                                               size_t tokens, int H) {
+    __shared__ float shared[32];
+    const int h = blockIdx.x;
+    float sum = 0.0f;
+    for (size_t n = threadIdx.x; n < tokens; n += XSA_ALPHA_THREADS) sum += dalpha[n * H + h];
+    sum = block_sum(sum, shared);
+    if (threadIdx.x == 0) d_logit[h] += (1.0f - alpha[h] * alpha[h]) * sum;
+}
+
+static inline void xsa_alpha_backward_cuda(float* d_logit, const float* dalpha, const float* alpha, size_t tokens, int H, cudaStream_t stream) {
+    if (H == 0) return;
+    xsa_alpha_backward_kernel<<<H, XSA_ALPHA_THREADS, 0, stream>>>(d_logit, dalpha, alpha, tokens, H);
     cudaCheckLaunch();
 }
 

@@ -35,16 +35,17 @@ class CompareError(Exception):
 
 # The fields this script reads, per kind of line (README.md, "Logging").
 REQUIRED_KEYS = {"run": ("steps",), "train": ("loss", "dt_ms", "tok_per_s"), "eval": ("val_bpb",),
-                 "diag": ("cos_yv", "cos_zv", "self_weight", "value_cos"), "core": ("core", "centered")}
+                 "diag": ("cos_yv", "cos_zv", "self_weight", "value_cos"), "core": ("core", "centered"), "xsa_alpha": ("alpha",)}
 
 
 def load_run(path):
-    """DIR or DIR/metrics.jsonl -> {"name", "run", "train", "eval", "diag", "core"}; each list sorted by step."""
+    """DIR or DIR/metrics.jsonl -> {"name", "run", "train", "eval", "diag", "core", "xsa_alpha"}: the run line,
+    and each kind's records by step."""
     file = os.path.join(path, "metrics.jsonl") if os.path.isdir(path) else path
     if not os.path.isfile(file):
         raise CompareError(f"'{path}' is neither a run directory with metrics.jsonl nor a metrics file")
     name = os.path.basename(os.path.normpath(path if os.path.isdir(path) else os.path.dirname(path) or "."))
-    run = {"name": name, "file": file, "run": None, "train": {}, "eval": {}, "diag": {}, "core": {}}
+    run = {"name": name, "file": file, "run": None, "train": {}, "eval": {}, "diag": {}, "core": {}, "xsa_alpha": {}}
     with open(file, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
@@ -58,7 +59,7 @@ def load_run(path):
                 raise CompareError(f"'{file}' line {n} is not a metrics record (missing or bad {e})")
             if kind == "run":
                 run["run"] = rec
-            elif kind in ("train", "eval", "diag", "core"):
+            elif kind in ("train", "eval", "diag", "core", "xsa_alpha"):
                 run[kind][step] = rec  # a resumed run rewrites lines after its checkpoint: the last one wins
             # other kinds: written by a newer train_gpt; nothing here reads them
     if not run["train"] and not run["eval"]:
@@ -82,7 +83,7 @@ def flatten_settings(rec):
 
 # Settings that may differ between the runs of a comparison without breaking it: XSA itself, and how it
 # was computed or where it ran.
-EXPECTED_DIFFERENCES = {"model.xsa_alpha", "model.xsa_layers", "xsa_fused", "backend", "device"}
+EXPECTED_DIFFERENCES = {"model.xsa_alpha", "model.xsa_layers", "model.xsa_learnable", "optim.lr.xsa_alpha", "xsa_fused", "backend", "device"}
 
 
 def setting_differences(runs):

@@ -9,6 +9,7 @@ The study file (JSON; examples in dev/studies/):
     {"name": "...", "base": "train_gpt flags shared by every run",
      "arms": {"baseline": "", "xsa": "-x 1"},          # the first arm is the baseline
      "seeds": [1, 2, 3],
+     "arm_seeds": {"xsa": [1, 2]},                      # optional: an arm that runs only some of the seeds
      "note": "optional: what the study is for and how to prepare its data (the report's first paragraph)"}
 Runs go to DIR/ARM/seed_S (DIR defaults to dev/studies/out/NAME). A run whose metrics.jsonl has its last
 evaluation is complete and skipped; a run with a checkpoint resumes from it (so give the base flags a
@@ -39,7 +40,8 @@ from plot_run import finish_axes  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the flags an arm may set, and the run-line settings they change (everything else must be equal)
-ARM_FLAGS = {"-x": ["model.xsa_alpha", "model.xsa_layers"], "--xsa": ["model.xsa_alpha", "model.xsa_layers"],
+XSA_SETTINGS = ["model.xsa_alpha", "model.xsa_layers", "model.xsa_learnable", "optim.lr.xsa_alpha"]
+ARM_FLAGS = {"-x": XSA_SETTINGS, "--xsa": XSA_SETTINGS, "--xsa-lr": ["optim.lr.xsa_alpha"],
              "--xsa-layers": ["model.xsa_layers"], "--optimizer": ["optim.*"], "--muon-eq": ["optim.muon_eq"],
              "--muon-plus": ["optim.muon_plus"], "--adamw-matrix-lr": ["optim.*"], "--adamw-matrix-wd": ["optim.matrix_adamw_wd"]}
 RUNNER_FLAGS = {"--seed", "-o", "--output", "--resume"}
@@ -140,10 +142,23 @@ def load_study(path):
             if name not in ARM_FLAGS:
                 raise StudyError(f"'{path}': arm '{arm}' sets {name}; arms may set only {', '.join(sorted(ARM_FLAGS))} "
                                  "(everything else belongs in 'base', the same for every arm)")
+    arm_seeds = study.get("arm_seeds", {})
+    if not isinstance(arm_seeds, dict):
+        raise StudyError(f"'{path}': 'arm_seeds' must be an object of arm: [seeds]")
+    for arm, seeds in arm_seeds.items():
+        if arm not in study["arms"]:
+            raise StudyError(f"'{path}': 'arm_seeds' names '{arm}', which is not an arm")
+        if not isinstance(seeds, list) or not seeds or not set(seeds) <= set(study["seeds"]) or len(set(seeds)) != len(seeds):
+            raise StudyError(f"'{path}': 'arm_seeds' of '{arm}' must be distinct seeds taken from 'seeds' {study['seeds']}")
     for w in shlex.split(study["base"]):
         if w.split("=", 1)[0] in RUNNER_FLAGS:
             raise StudyError(f"'{path}': 'base' sets {w}; the runner sets --seed and the output directory itself")
     return study
+
+
+def seeds_of(study, arm):
+    """The seeds an arm runs: its 'arm_seeds' entry, or all of 'seeds'."""
+    return study.get("arm_seeds", {}).get(arm, study["seeds"])
 
 
 def run_state(run_dir):
@@ -211,6 +226,11 @@ def check_matched(study, runs):
 # ----------------------------------------------------------------------------------------------------
 # The report
 
+def last_alphas(r):
+    """A learnable-alpha run's alphas at its last evaluation: {layer: [alpha per head]} ({} for a fixed alpha)."""
+    return {int(layer): heads for layer, heads in r["xsa_alpha"][max(r["xsa_alpha"])]["alpha"].items()} if r["xsa_alpha"] else {}
+
+
 def run_metrics(r):
     """The metrics of one finished run (None where the run has no such value)."""
     last = max(r["eval"]) if r["eval"] else None
@@ -223,6 +243,8 @@ def run_metrics(r):
             "CORE": r["core"][core_step]["core"] if core_step is not None else None,
             "train loss, last 10% of steps": statistics.fmean(r["train"][s]["loss"] for s in tail) if tail else None,
             "cos(z, v) after XSA (mean over layers)": statistics.fmean(r["diag"][max(r["diag"])]["cos_zv"]) if r["diag"] else None,
+            "learned alpha (mean over layers and heads)": statistics.fmean(a for heads in last_alphas(r).values() for a in heads)
+            if r["xsa_alpha"] else None,
             "ms per step (median)": statistics.median(timed) if timed else None}
 
 
@@ -233,7 +255,7 @@ def report(study, out_dir, runs):
     lines = [f"# Study: {study['name']}", ""] + ([study["note"], ""] if isinstance(study.get("note"), str) else []) + [
              f"Base flags: `{study['base']}`; arms: " + ", ".join(f"**{a}** (`{study['arms'][a] or 'no flags'}`)" for a in arms) +
              f"; seeds {study['seeds']}. Baseline: **{base}**. Finished runs: " +
-             ", ".join(f"{a} {len(runs[a])}/{len(study['seeds'])}" for a in arms) + ".", ""]
+             ", ".join(f"{a} {len(runs[a])}/{len(seeds_of(study, a))}" for a in arms) + ".", ""]
     if any(len(runs[a]) < 2 for a in arms):
         lines += ["With fewer than 2 seeds in an arm no spread, interval or test can be given for it: its numbers are single runs.", ""]
     metrics = list(dict.fromkeys(m for vals in values.values() for v in vals for m in v))  # run_metrics' names, in order
@@ -341,6 +363,24 @@ def plot_study(study, out_dir, runs, plt):
             finish_axes(ax)
         save(fig, "diagnostics.png")
 
+    learned = [a for a in arms if all(r["xsa_alpha"] for r in runs[a].values())]
+    if learned:  # heat map per arm: layers x heads, the mean over seeds at the last evaluation
+        fig, axes = plt.subplots(1, len(learned), figsize=(6 * len(learned), 4.5), squeeze=False)
+        for a, ax in zip(learned, axes[0]):
+            per_seed = [last_alphas(r) for r in runs[a].values()]
+            layers = sorted(set.intersection(*(set(p) for p in per_seed)))
+            heads = min(len(p[l]) for p in per_seed for l in layers)
+            grid = [[statistics.fmean(p[l][h] for p in per_seed) for h in range(heads)] for l in layers]
+            image = ax.imshow(grid, cmap="RdBu_r", vmin=-1.0, vmax=1.0, aspect="auto")
+            for i, row in enumerate(grid):
+                for h, value in enumerate(row):
+                    ax.text(h, i, f"{value:.2f}", ha="center", va="center", fontsize=8)
+            ax.set_yticks(range(len(layers)), [str(l) for l in layers])
+            ax.set_xticks(range(heads))
+            ax.set(title=f"{a}: learned alpha at the last evaluation (mean of {len(per_seed)} seeds)", xlabel="head", ylabel="layer")
+            fig.colorbar(image, ax=ax)
+        save(fig, "alpha.png")
+
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for k, a in enumerate(arms):
         medians = [run_metrics(r)["ms per step (median)"] for r in runs[a].values()]
@@ -371,7 +411,7 @@ def main(argv=None):
             raise StudyError(f"'{args.binary}' is not an executable trainer (make train_gpt builds ./train_gpt)")
         done_now = 0
         for seed in study["seeds"]:  # seed-major: every arm of a seed before the next seed, so a partial study stays matched
-            for arm in study["arms"]:
+            for arm in [a for a in study["arms"] if seed in seeds_of(study, a)]:
                 run_dir = os.path.join(out_dir, arm, f"seed_{seed}")
                 if args.report_only or run_state(run_dir) == "done":
                     continue
@@ -381,7 +421,7 @@ def main(argv=None):
                 done_now += 1
         runs = {arm: {} for arm in study["arms"]}
         for arm in study["arms"]:
-            for seed in study["seeds"]:
+            for seed in seeds_of(study, arm):
                 run_dir = os.path.join(out_dir, arm, f"seed_{seed}")
                 if run_state(run_dir) == "done":
                     runs[arm][seed] = load_run(run_dir)

@@ -47,11 +47,18 @@ class TestStudyPlots(xsatest.TempDirTest):
     PREFIX = "xsa_study_plots_"
 
     def test_plots(self):
-        self.write("study.json", json.dumps({"name": "t", "base": BASE, "arms": {"baseline": "", "xsa": "-x 1"}, "seeds": [1, 2]}))
+        self.write("study.json", json.dumps({"name": "t", "base": BASE, "arms": {"baseline": "", "xsa": "-x 1", "learn": "-x learn"},
+                                             "seeds": [1, 2], "arm_seeds": {"learn": [2]}}))
         code, out = run(STUDY + [self.path("study.json"), "--binary", binary("train_gpt_cpu"), "--out", self.path("out")])
         self.assertEqual(code, 0, out)
+        report = xsatest.read(self.path("out", "report.md")).decode()
+        with self.subTest("arm_seeds: the learnable arm ran seed 2 only; its learned alpha is a metric of the report"):
+            self.assertEqual(out.count("study: starting"), 5, out)
+            self.assertIn("Finished runs: baseline 2/2, xsa 2/2, learn 1/1", report)
+            self.assertRegex(report, r"## learned alpha \(mean over layers and heads\)\n\n.*\n.*\n\| baseline \| 0 \| n/a .*\n.*\n\| learn \| 1 \| -?0\.\d{4} ")
         # figure size (inches) x 100 dpi, as plot_study draws them
-        for name, size in (("loss.png", (1200, 450)), ("val_bpb.png", (1200, 450)), ("diagnostics.png", (1500, 450)), ("cost.png", (700, 450))):
+        for name, size in (("loss.png", (1200, 450)), ("val_bpb.png", (1200, 450)), ("diagnostics.png", (1500, 450)), ("alpha.png", (600, 450)),
+                           ("cost.png", (700, 450))):
             with self.subTest("%s: a whole PNG of %dx%d pixels, linked from the report" % (name, *size)):
                 data = xsatest.read(self.path("out", name))
                 self.assertTrue(data[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", data[16:24]) == size, name)
@@ -103,11 +110,19 @@ class TestRunner(xsatest.TempDirTest):
         code, out = self.run_study("--report-only")
         self.assertTrue(code == 0 and "study: starting" not in out, out)
 
+    def test_committed_study_files(self):
+        for path in sorted(os.listdir(os.path.join(xsatest.REPO, "dev", "studies"))):
+            if path.endswith(".json"):
+                with self.subTest("dev/studies/%s is a valid study file" % path):
+                    study.load_study(os.path.join(xsatest.REPO, "dev", "studies", path))
+
     def test_refusals(self):
         self.study_file({"baseline": "", "longer": "-n 8"})
         check_one_error(self, STUDY + [self.path("study.json")], "arm 'longer' sets -n; arms may set only", anywhere=True)
         self.study_file({"baseline": ""}, base=BASE + " --seed 3")
         check_one_error(self, STUDY + [self.path("study.json")], "'base' sets --seed", anywhere=True)
+        self.write("bad.json", json.dumps({"name": "t", "base": BASE, "arms": {"baseline": ""}, "seeds": [1], "arm_seeds": {"baseline": [2]}}))
+        check_one_error(self, STUDY + [self.path("bad.json")], "'arm_seeds' of 'baseline' must be distinct seeds taken from 'seeds' [1]", anywhere=True)
         self.write("bad.json", "{not json")
         check_one_error(self, STUDY + [self.path("bad.json")], "cannot read the study file", anywhere=True)
         # runs of one seed that differ in more than their arms set: a run line edited after the fact

@@ -219,12 +219,13 @@ __device__ __forceinline__ void attn_store_rows(floatX* dst, size_t stride, cons
 // intersect their window, [q0 - window, q0 + 63], with online softmax; K/V tiles are double-buffered with
 // cp.async so the next tile loads while this one is computed. The diagonal tile comes last, so when XSA
 // is on (z != nullptr) the token's own value rows are still in shared memory for the epilogue:
-// z = y - alpha (y.v / (v.v + eps)) v, computed from the bf16-rounded y (as the unfused op would).
+// z = y - alpha_h (y.v / (v.v + eps)) v, computed from the bf16-rounded y (as the unfused op would);
+// alpha (H) is read only then.
 // Shared memory: Q (64, D + 8), K and V (2, 64, D + 8) bf16 = 45 KB (D = 64), 85 KB (D = 128).
 template <int D>
 __global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(
         floatX* z, floatX* y, float* lse, const floatX* q, const floatX* k, const floatX* v, int T, int H, int Hkv,
-        int window, float scale, float alpha) {
+        int window, float scale, const float* alpha) {
     constexpr int BQ = ATT_TILE, BK = ATT_TILE, LD = D + ATT_PAD;
     extern __shared__ __align__(16) unsigned char attn_smem[];
     floatX* Qs = reinterpret_cast<floatX*>(attn_smem);  // (BQ, LD)
@@ -383,7 +384,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(
             }
             sv = warp_sum(sv);
             nn = warp_sum(nn);
-            const float coef = alpha * (sv / (nn + XSA_EPS));
+            const float coef = alpha[h] * (sv / (nn + XSA_EPS));
 #pragma unroll
             for (int e = 0; e < D / 64; e++)
                 xsa_store2(zw + r * qstride, lane, e, yy[e].x - coef * vv[e].x, yy[e].y - coef * vv[e].y);
@@ -740,7 +741,7 @@ static inline size_t attention_backward_scratch_floats(int B, int T, int H, int 
 // forward: y (B, T, H, D), lse (B, H, T); z (B, T, H, D) = XSA of y when z != nullptr
 template <int D>
 static void attention_forward_launch(floatX* z, floatX* y, float* lse, const floatX* q, const floatX* k,
-                                     const floatX* v, int B, int T, int H, int Hkv, int window, float alpha,
+                                     const floatX* v, int B, int T, int H, int Hkv, int window, const float* alpha,
                                      cudaStream_t stream) {
     const int smem = attention_forward_smem(D);
     static bool once = [&] {  // > 48 KB of dynamic shared memory must be opted into, once per kernel
@@ -782,14 +783,15 @@ static inline void attention_forward_cuda(floatX* y, float* lse, const floatX* q
                                           int B, int T, int H, int Hkv, int D, int window, cudaStream_t stream) {
     attention_check_shape(T, H, Hkv, D, window, "attention_forward_cuda");
     window = std::min(window, T);  // a window past T changes nothing, and keeps k0 + window from overflowing
-    if (D == 64) attention_forward_launch<64>(nullptr, y, lse, q, k, v, B, T, H, Hkv, window, 0.0f, stream);
-    else attention_forward_launch<128>(nullptr, y, lse, q, k, v, B, T, H, Hkv, window, 0.0f, stream);
+    if (D == 64) attention_forward_launch<64>(nullptr, y, lse, q, k, v, B, T, H, Hkv, window, nullptr, stream);
+    else attention_forward_launch<128>(nullptr, y, lse, q, k, v, B, T, H, Hkv, window, nullptr, stream);
 }
 
-// as attention_forward_cuda, plus z (B, T, H, D) = y - alpha proj_v(y) with the token's own v (y kept)
+// as attention_forward_cuda, plus z (B, T, H, D) = y - alpha proj_v(y) with the token's own v (y kept);
+// alpha (H) in device memory
 static inline void attention_forward_xsa_cuda(floatX* z, floatX* y, float* lse, const floatX* q, const floatX* k,
                                               const floatX* v, int B, int T, int H, int Hkv, int D, int window,
-                                              float alpha, cudaStream_t stream) {
+                                              const float* alpha, cudaStream_t stream) {
     attention_check_shape(T, H, Hkv, D, window, "attention_forward_xsa_cuda");
     window = std::min(window, T);
     if (D == 64) attention_forward_launch<64>(z, y, lse, q, k, v, B, T, H, Hkv, window, alpha, stream);
@@ -819,14 +821,15 @@ static inline void attention_backward_cuda(floatX* dq, floatX* dk, floatX* dv, c
 }
 
 // The fused XSA backward: dz (B, T, H, D) is dL/dz; y the attention output the forward kept. The
-// preprocessing (xsa_backward_kernel, one warp per (token, kv head)) writes dy = dz - alpha (u/n) v to
-// scratch (bf16), delta = rowsum(dy y), and the XSA self-position dv term (fp32); the dK/dV kernel adds
-// that term to its accumulator before rounding. dq, dk, dv OVERWRITTEN.
+// preprocessing (xsa_backward_kernel, one warp per (token, kv head)) writes dy = dz - alpha_h (u/n) v to
+// scratch (bf16), delta = rowsum(dy y), the XSA self-position dv term (fp32), and, when dalpha is not null
+// (learnable alpha), the per-token shares of dL/dalpha (B*T, H); the dK/dV kernel adds the dv term to its
+// accumulator before rounding. alpha (H) in device memory. dq, dk, dv OVERWRITTEN.
 // scratch: attention_backward_scratch_floats(B, T, H, Hkv, D, true) floats.
 static inline void attention_backward_xsa_cuda(floatX* dq, floatX* dk, floatX* dv, const floatX* dz, const floatX* q,
                                                const floatX* k, const floatX* v, const floatX* y, const float* lse,
-                                               int B, int T, int H, int Hkv, int D, int window, float alpha,
-                                               float* scratch, cudaStream_t stream) {
+                                               int B, int T, int H, int Hkv, int D, int window, const float* alpha,
+                                               float* dalpha, float* scratch, cudaStream_t stream) {
     attention_check_shape(T, H, Hkv, D, window, "attention_backward_xsa_cuda");
     window = std::min(window, T);
     const size_t tokens = (size_t)B * T;
@@ -836,11 +839,11 @@ static inline void attention_backward_xsa_cuda(floatX* dq, floatX* dk, floatX* d
     float* delta = scratch + s.delta;
     const int grid = ceil_div((long)(tokens * Hkv), 8);
     if (D == 64) {
-        xsa_backward_kernel<64, true><<<grid, 256, 0, stream>>>(dy, nullptr, dv_extra, delta, dz, y, v, tokens, T, H, Hkv, alpha);
+        xsa_backward_kernel<64, true><<<grid, 256, 0, stream>>>(dy, nullptr, dv_extra, delta, dalpha, dz, y, v, tokens, T, H, Hkv, alpha);
         cudaCheckLaunch();
         attention_backward_launch<64>(dq, dk, dv, dy, q, k, v, lse, delta, dv_extra, B, T, H, Hkv, window, stream);
     } else {
-        xsa_backward_kernel<128, true><<<grid, 256, 0, stream>>>(dy, nullptr, dv_extra, delta, dz, y, v, tokens, T, H, Hkv, alpha);
+        xsa_backward_kernel<128, true><<<grid, 256, 0, stream>>>(dy, nullptr, dv_extra, delta, dalpha, dz, y, v, tokens, T, H, Hkv, alpha);
         cudaCheckLaunch();
         attention_backward_launch<128>(dq, dk, dv, dy, q, k, v, lse, delta, dv_extra, B, T, H, Hkv, window, stream);
     }

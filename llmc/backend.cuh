@@ -458,10 +458,12 @@ static inline void softcap(floatX* logits, size_t n, float cap) {
     CUDA_OR_CPU(softcap_cuda(logits, n, cap, g_backend.stream), softcap_cpu(logits, n, cap));
 }
 
-// Attention, followed on XSA layers by the projection: z = y - alpha proj_v(y). On CUDA the projection is
-// fused into attention's epilogue unless g_backend.xsa_fused is off; the CPU always runs the two ops.
+// Attention, followed on XSA layers by the projection: z = y - alpha_h proj_v(y), alpha (H) per query head in
+// backend memory. On CUDA the projection is fused into attention's epilogue unless g_backend.xsa_fused is
+// off; the CPU always runs the two ops.
 static inline void attention_xsa_forward(floatX* z, floatX* y, float* lse, const floatX* q, const floatX* k, const floatX* v, int B, int T,
-                                         int H, int Hkv, int D, int window, bool xsa, float alpha) {
+                                         int H, int Hkv, int D, int window, const float* alpha) {
+    const bool xsa = alpha != nullptr;
 #ifdef __CUDACC__
     if (xsa && g_backend.xsa_fused) {
         attention_forward_xsa_cuda(z, y, lse, q, k, v, B, T, H, Hkv, D, window, alpha, g_backend.stream);
@@ -475,14 +477,16 @@ static inline void attention_xsa_forward(floatX* z, floatX* y, float* lse, const
 #endif
 }
 
-// Given dz = dL/dz (dL/dy on layers without XSA), writes dq, dk, dv (=). dz may be overwritten.
-static inline void attention_xsa_backward(floatX* dq, floatX* dk, floatX* dv, floatX* dz, const floatX* q, const floatX* k, const floatX* v,
-                                          const floatX* y, const float* lse, int B, int T, int H, int Hkv, int D, int window, bool xsa,
-                                          float alpha) {
+// Given dz = dL/dz (dL/dy on layers without XSA: alpha null), writes dq, dk, dv (=), and with a learnable
+// alpha the per-token shares of dL/dalpha into dalpha (B*T, H) (null for a fixed alpha). dz may be overwritten.
+static inline void attention_xsa_backward(floatX* dq, floatX* dk, floatX* dv, float* dalpha, floatX* dz, const floatX* q, const floatX* k,
+                                          const floatX* v, const floatX* y, const float* lse, int B, int T, int H, int Hkv, int D, int window,
+                                          const float* alpha) {
     const size_t tokens = (size_t)B * T;
+    const bool xsa = alpha != nullptr;
 #ifdef __CUDACC__
     if (xsa && g_backend.xsa_fused) {
-        attention_backward_xsa_cuda(dq, dk, dv, dz, q, k, v, y, lse, B, T, H, Hkv, D, window, alpha, g_backend.scratch, g_backend.stream);
+        attention_backward_xsa_cuda(dq, dk, dv, dz, q, k, v, y, lse, B, T, H, Hkv, D, window, alpha, dalpha, g_backend.scratch, g_backend.stream);
         return;
     }
     if (!xsa) {
@@ -493,14 +497,24 @@ static inline void attention_xsa_backward(floatX* dq, floatX* dk, floatX* dv, fl
     // backward uses (see attention_backward_scratch), since the attention backward overwrites dv
     floatX* dv_xsa = (floatX*)(g_backend.scratch + attention_backward_scratch(tokens, H, Hkv, D, ATTN_BWD_XSA_UNFUSED).dv_xsa);
     backend_zero(dv_xsa, tokens * Hkv * D * sizeof(floatX));
-    xsa_backward_cuda(dz, dv_xsa, dz, y, v, tokens, H, Hkv, D, alpha, g_backend.stream);
+    xsa_backward_cuda(dz, dv_xsa, dalpha, dz, y, v, tokens, H, Hkv, D, alpha, g_backend.stream);
     attention_backward_cuda(dq, dk, dv, dz, q, k, v, y, lse, B, T, H, Hkv, D, window, g_backend.scratch, g_backend.stream);
     add_inplace_cuda(dv, dv_xsa, tokens * Hkv * D, g_backend.stream);
 #else
     memset(dq, 0, tokens * H * D * sizeof(float));
     memset(dk, 0, tokens * Hkv * D * sizeof(float));
     memset(dv, 0, tokens * Hkv * D * sizeof(float));
-    if (xsa) xsa_backward_cpu(dz, dv, dz, y, v, tokens, H, Hkv, D, alpha);  // dz becomes dL/dy; dv gets XSA's term
+    if (xsa) xsa_backward_cpu(dz, dv, dalpha, dz, y, v, tokens, H, Hkv, D, alpha);  // dz becomes dL/dy; dv gets XSA's term
     attention_backward_cpu(dq, dk, dv, dz, q, k, v, y, lse, B, T, H, Hkv, D, window);
 #endif
+}
+
+// Learnable alpha: alpha (H) = tanh(logit), and d_logit (H) += dalpha's per-token shares (tokens, H) summed,
+// through tanh's derivative (xsa.cuh).
+static inline void xsa_alpha_from_logit(float* alpha, const float* logit, int H) {
+    CUDA_OR_CPU(xsa_alpha_from_logit_cuda(alpha, logit, H, g_backend.stream), xsa_alpha_from_logit_cpu(alpha, logit, H));
+}
+static inline void xsa_alpha_backward(float* d_logit, const float* dalpha, const float* alpha, size_t tokens, int H) {
+    CUDA_OR_CPU(xsa_alpha_backward_cuda(d_logit, dalpha, alpha, tokens, H, g_backend.stream),
+                xsa_alpha_backward_cpu(d_logit, dalpha, alpha, tokens, H));
 }

@@ -184,44 +184,78 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
     attention_backward_cuda(dq2.p, dk2.p, dv2.p, dy.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, scratch.p, st);
     check_bits("backward deterministic (dq, dk, dv)", same_bits(dq, dq2) && same_bits(dk, dk2) && same_bits(dv, dv2));
 
-    // fused XSA
-    const float alphas[3] = {0.0f, 0.5f, 1.0f};
+    // fused XSA: one alpha for every head (0, 0.5, 1), then a learnable-style alpha that differs per head
+    // (tanh of spread logits), whose backward also writes the per-token shares of dL/dalpha
+    const float alphas[4] = {0.0f, 0.5f, 1.0f, -1.0f /* per head */};
     for (float alpha : alphas) {
+        const bool per_head = alpha < 0.0f;
+        std::vector<float> halpha(H, alpha), logit(H);
+        for (int h = 0; h < H; h++) logit[h] = -0.8f + 2.0f * h / std::max(H - 1, 1);  // alpha from -0.66 to 0.83
+        if (per_head) xsa_alpha_from_logit_cpu(halpha.data(), logit.data(), H);
+        Buf<float> alpha_dev(H), logit_dev(H), shares(tokens * H), shares2(tokens * H), dlogit(H);
+        cudaCheck(cudaMemcpy(logit_dev.p, logit.data(), H * sizeof(float), cudaMemcpyHostToDevice));
+        if (per_head) {
+            alpha_dev.poison(st);
+            xsa_alpha_from_logit_cuda(alpha_dev.p, logit_dev.p, H, st);
+            check_close("xsa per-head alpha = tanh(logit)", download(alpha_dev), halpha, 1e-6);
+        } else {
+            cudaCheck(cudaMemcpy(alpha_dev.p, halpha.data(), H * sizeof(float), cudaMemcpyHostToDevice));
+        }
+        char tag[32];
+        if (per_head) snprintf(tag, sizeof tag, "xsa per-head");
+        else snprintf(tag, sizeof tag, "xsa %.1f", alpha);
+        float* dalpha = per_head ? shares.p : nullptr;  // only a learnable alpha needs its gradient
         std::vector<float> cz(nq);
-        xsa_forward_cpu(cz.data(), cy.data(), hv.data(), tokens, H, Hkv, D, alpha);
+        xsa_forward_cpu(cz.data(), cy.data(), hv.data(), tokens, H, Hkv, D, halpha.data());
         z.poison(st), y2.poison(st), lse2.poison(st);
-        attention_forward_xsa_cuda(z.p, y2.p, lse2.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, alpha, st);
-        check_close(NAME("xsa %.1f forward z", alpha), download(z), cz, 1e-2, D);
-        check_bits(NAME("xsa %.1f forward y, lse == plain forward", alpha), same_bits(y, y2) && same_bits(lse, lse2));
+        attention_forward_xsa_cuda(z.p, y2.p, lse2.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, alpha_dev.p, st);
+        check_close(NAME("%s forward z", tag), download(z), cz, 1e-2, D);
+        check_bits(NAME("%s forward y, lse == plain forward", tag), same_bits(y, y2) && same_bits(lse, lse2));
         if (alpha == 0.0f) check_bits("xsa 0.0 forward z == y", same_bits(z, y));
         // the fused epilogue against the unfused op on the same bf16 y
         z2.poison(st);
-        xsa_forward_cuda(z2.p, y.p, v.p, tokens, H, Hkv, D, alpha, st);
-        check_close(NAME("xsa %.1f fused z vs unfused op", alpha), download(z), download(z2), 1e-6);
+        xsa_forward_cuda(z2.p, y.p, v.p, tokens, H, Hkv, D, alpha_dev.p, st);
+        check_close(NAME("%s fused z vs unfused op", tag), download(z), download(z2), 1e-6);
         y2.poison(st), lse2.poison(st), z2.poison(st);
-        attention_forward_xsa_cuda(z2.p, y2.p, lse2.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, alpha, st);
-        check_bits(NAME("xsa %.1f forward deterministic", alpha), same_bits(z, z2) && same_bits(y, y2) && same_bits(lse, lse2));
+        attention_forward_xsa_cuda(z2.p, y2.p, lse2.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, alpha_dev.p, st);
+        check_bits(NAME("%s forward deterministic", tag), same_bits(z, z2) && same_bits(y, y2) && same_bits(lse, lse2));
 
         // backward: dz fresh; CPU: xsa_backward (dy =, its dv term) and attention backward (+=, the rest).
         // The two dv parts can cancel (window 0, alpha 1: y = v and dv = 0 exactly), so dv's error is
         // measured against the larger of ||dv|| and ||attention part||.
         Buf<floatX> dz(nq);
         std::vector<float> hdz = random_bf16(dz, 1.0f, rng);
-        std::vector<float> cdy2(nq), cdv_xsa(nkv, 0.0f);
+        std::vector<float> cdy2(nq), cdv_xsa(nkv, 0.0f), cshares(tokens * H), cdlogit(H, 0.0f);
         std::fill(cdq.begin(), cdq.end(), 0.0f), std::fill(cdk.begin(), cdk.end(), 0.0f), std::fill(cdv.begin(), cdv.end(), 0.0f);
-        xsa_backward_cpu(cdy2.data(), cdv_xsa.data(), hdz.data(), gy.data(), hv.data(), tokens, H, Hkv, D, alpha);
+        xsa_backward_cpu(cdy2.data(), cdv_xsa.data(), per_head ? cshares.data() : nullptr, hdz.data(), gy.data(), hv.data(), tokens, H, Hkv,
+                         D, halpha.data());
         attention_backward_cpu(cdq.data(), cdk.data(), cdv.data(), cdy2.data(), hq.data(), hk.data(), hv.data(), gy.data(),
                                glse.data(), B, T, H, Hkv, D, W);
         const double dv_attention_norm = l2(cdv);
         for (size_t i = 0; i < nkv; i++) cdv[i] += cdv_xsa[i];
-        dq.poison(st), dk.poison(st), dv.poison(st), scratch.poison(st);
-        attention_backward_xsa_cuda(dq.p, dk.p, dv.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, alpha, scratch.p, st);
-        check_close(NAME("xsa %.1f backward dq", alpha), download(dq), cdq, 1e-2, D);
-        check_close(NAME("xsa %.1f backward dk", alpha), download(dk), cdk, 1e-2, D);
-        check_close(NAME("xsa %.1f backward dv", alpha), download(dv), cdv, 1e-2, D, dv_attention_norm);
-        dq2.poison(st), dk2.poison(st), dv2.poison(st), scratch.poison(st);
-        attention_backward_xsa_cuda(dq2.p, dk2.p, dv2.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, alpha, scratch.p, st);
-        check_bits(NAME("xsa %.1f backward deterministic", alpha), same_bits(dq, dq2) && same_bits(dk, dk2) && same_bits(dv, dv2));
+        dq.poison(st), dk.poison(st), dv.poison(st), scratch.poison(st), shares.poison(st);
+        attention_backward_xsa_cuda(dq.p, dk.p, dv.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, alpha_dev.p, dalpha, scratch.p, st);
+        check_close(NAME("%s backward dq", tag), download(dq), cdq, 1e-2, D);
+        check_close(NAME("%s backward dk", tag), download(dk), cdk, 1e-2, D);
+        check_close(NAME("%s backward dv", tag), download(dv), cdv, 1e-2, D, dv_attention_norm);
+        if (per_head) {
+            // the shares come from fp32 dot products of the same bf16 inputs; their sum through tanh' into
+            // the logits' gradient (+= onto a start value) in a fixed order
+            check_close("xsa per-head backward dL/dalpha shares", download(shares), cshares, 1e-4, H);
+            const std::vector<float> start = {0.25f, -0.5f, 1.0f, 0.0f, 0.125f, 2.0f, -1.0f, 0.5f};
+            std::vector<float> hstart(H);
+            for (int h = 0; h < H; h++) hstart[h] = start[h % start.size()];
+            cdlogit = hstart;
+            xsa_alpha_backward_cpu(cdlogit.data(), cshares.data(), halpha.data(), tokens, H);
+            cudaCheck(cudaMemcpy(dlogit.p, hstart.data(), H * sizeof(float), cudaMemcpyHostToDevice));
+            xsa_alpha_backward_cuda(dlogit.p, shares.p, alpha_dev.p, tokens, H, st);
+            check_close("xsa per-head dL/dlogit (+=)", download(dlogit), cdlogit, 1e-4);
+        }
+        dq2.poison(st), dk2.poison(st), dv2.poison(st), scratch.poison(st), shares2.poison(st);
+        attention_backward_xsa_cuda(dq2.p, dk2.p, dv2.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, alpha_dev.p,
+                                    per_head ? shares2.p : nullptr, scratch.p, st);
+        check_bits(NAME("%s backward deterministic", tag), same_bits(dq, dq2) && same_bits(dk, dk2) && same_bits(dv, dv2) &&
+                                                            (!per_head || same_bits(shares, shares2)));
         if (alpha == 0.0f) {
             dq0.poison(st), dk0.poison(st), dv0.poison(st), scratch.poison(st);
             attention_backward_cuda(dq0.p, dk0.p, dv0.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, scratch.p, st);
@@ -233,25 +267,31 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
         std::vector<float> huy = random_bf16(uy, 1.0f, rng), huv = random_bf16(uv, 1.0f, rng);
         std::vector<float> hudz = random_bf16(udz, 1.0f, rng), hudv = random_bf16(udv, 0.1f, rng);
         std::vector<float> cuz(nq), cudy(nq), cudv = hudv;
-        xsa_forward_cpu(cuz.data(), huy.data(), huv.data(), tokens, H, Hkv, D, alpha);
-        xsa_backward_cpu(cudy.data(), cudv.data(), hudz.data(), huy.data(), huv.data(), tokens, H, Hkv, D, alpha);
+        xsa_forward_cpu(cuz.data(), huy.data(), huv.data(), tokens, H, Hkv, D, halpha.data());
+        xsa_backward_cpu(cudy.data(), cudv.data(), per_head ? cshares.data() : nullptr, hudz.data(), huy.data(), huv.data(), tokens, H,
+                         Hkv, D, halpha.data());
         uz.poison(st);
-        xsa_forward_cuda(uz.p, uy.p, uv.p, tokens, H, Hkv, D, alpha, st);
-        check_close(NAME("xsa %.1f unfused forward z", alpha), download(uz), cuz, 1e-2, D);
-        udy.poison(st);
-        xsa_backward_cuda(udy.p, udv.p, udz.p, uy.p, uv.p, tokens, H, Hkv, D, alpha, st);
-        check_close(NAME("xsa %.1f unfused backward dy", alpha), download(udy), cudy, 1e-2, D);
-        check_close(NAME("xsa %.1f unfused backward dv (+=)", alpha), download(udv), cudv, 1e-2, D);
+        xsa_forward_cuda(uz.p, uy.p, uv.p, tokens, H, Hkv, D, alpha_dev.p, st);
+        check_close(NAME("%s unfused forward z", tag), download(uz), cuz, 1e-2, D);
+        udy.poison(st), shares.poison(st);
+        xsa_backward_cuda(udy.p, udv.p, dalpha, udz.p, uy.p, uv.p, tokens, H, Hkv, D, alpha_dev.p, st);
+        check_close(NAME("%s unfused backward dy", tag), download(udy), cudy, 1e-2, D);
+        check_close(NAME("%s unfused backward dv (+=)", tag), download(udv), cudv, 1e-2, D);
+        if (per_head) check_close("xsa per-head unfused backward dL/dalpha shares", download(shares), cshares, 1e-4, H);
         // in place (dy aliasing dz), dv from the same start: the same bits
         upload(udv2, hudv);
-        xsa_backward_cuda(udz.p, udv2.p, udz.p, uy.p, uv.p, tokens, H, Hkv, D, alpha, st);
-        check_bits(NAME("xsa %.1f unfused backward in place (dy = dz)", alpha), same_bits(udz, udy) && same_bits(udv2, udv));
+        xsa_backward_cuda(udz.p, udv2.p, per_head ? shares2.p : nullptr, udz.p, uy.p, uv.p, tokens, H, Hkv, D, alpha_dev.p, st);
+        check_bits(NAME("%s unfused backward in place (dy = dz)", tag), same_bits(udz, udy) && same_bits(udv2, udv) &&
+                                                                       (!per_head || same_bits(shares, shares2)));
     }
 
     // the diagnostics on the fused forward's y, z, lse (alpha 0.5) against the CPU twin on the same values:
     // the same bf16 inputs, fp32 sums against double, so only the summation order differs
+    Buf<float> alpha_half(H), alpha_one(H);
+    cudaCheck(cudaMemcpy(alpha_half.p, std::vector<float>(H, 0.5f).data(), H * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(alpha_one.p, std::vector<float>(H, 1.0f).data(), H * sizeof(float), cudaMemcpyHostToDevice));
     {
-        attention_forward_xsa_cuda(z.p, y.p, lse.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, 0.5f, st);
+        attention_forward_xsa_cuda(z.p, y.p, lse.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, alpha_half.p, st);
         Buf<float> diag(tokens * 3), diag2(tokens * 3);
         std::vector<float> cdiag(tokens * 3);
         const std::vector<float> gz = download(z), gy05 = download(y), glse05 = download(lse);
@@ -276,15 +316,15 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
     {
         Buf<floatX> dz(nq);
         random_bf16(dz, 1.0f, rng);
-        attention_forward_xsa_cuda(z.p, y.p, lse.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, 1.0f, st);
-        attention_backward_xsa_cuda(dq.p, dk.p, dv.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, 1.0f, scratch.p, st);
+        attention_forward_xsa_cuda(z.p, y.p, lse.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, alpha_one.p, st);
+        attention_backward_xsa_cuda(dq.p, dk.p, dv.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, alpha_one.p, nullptr, scratch.p, st);
         z2.poison(st), y2.poison(st), lse2.poison(st), dq2.poison(st), dk2.poison(st), dv2.poison(st), scratch.poison(st);
         cudaCheck(cudaStreamSynchronize(st));
         cudaGraph_t graph;
         cudaGraphExec_t exec;
         cudaCheck(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-        attention_forward_xsa_cuda(z2.p, y2.p, lse2.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, 1.0f, st);
-        attention_backward_xsa_cuda(dq2.p, dk2.p, dv2.p, dz.p, q.p, k.p, v.p, y2.p, lse2.p, B, T, H, Hkv, D, W, 1.0f, scratch.p, st);
+        attention_forward_xsa_cuda(z2.p, y2.p, lse2.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, alpha_one.p, st);
+        attention_backward_xsa_cuda(dq2.p, dk2.p, dv2.p, dz.p, q.p, k.p, v.p, y2.p, lse2.p, B, T, H, Hkv, D, W, alpha_one.p, nullptr, scratch.p, st);
         cudaCheck(cudaStreamEndCapture(st, &graph));
         cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
         cudaCheck(cudaGraphLaunch(exec, st));
@@ -341,7 +381,9 @@ static void time_shape(const Shape& s, Rng* rng, cudaStream_t st, Buf<unsigned c
     char shape[64];
     snprintf(shape, sizeof shape, "B%d T%d H%d/%d D%d w%d", B, T, H, Hkv, D, W);
 
-    attention_forward_xsa_cuda(z.p, y.p, lse.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, 0.5f, st);  // y, lse for the backward
+    Buf<float> alpha(H);
+    cudaCheck(cudaMemcpy(alpha.p, std::vector<float>(H, 0.5f).data(), H * sizeof(float), cudaMemcpyHostToDevice));
+    attention_forward_xsa_cuda(z.p, y.p, lse.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, alpha.p, st);  // y, lse for the backward
     auto add = [&](const char* op, double ms, double amount, bool flop) {
         Row r;
         snprintf(r.shape, sizeof r.shape, "%s", shape);
@@ -352,11 +394,11 @@ static void time_shape(const Shape& s, Rng* rng, cudaStream_t st, Buf<unsigned c
         rows.push_back(r);
     };
     add("forward", time_median([&] { attention_forward_cuda(y.p, lse.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, st); }, flush, st), fwd_flop, true);
-    add("forward xsa", time_median([&] { attention_forward_xsa_cuda(z.p, y.p, lse.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, 0.5f, st); }, flush, st), fwd_flop, true);
+    add("forward xsa", time_median([&] { attention_forward_xsa_cuda(z.p, y.p, lse.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, alpha.p, st); }, flush, st), fwd_flop, true);
     add("backward", time_median([&] { attention_backward_cuda(dq.p, dk.p, dv.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, scratch.p, st); }, flush, st), bwd_flop, true);
-    add("backward xsa", time_median([&] { attention_backward_xsa_cuda(dq.p, dk.p, dv.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, 0.5f, scratch.p, st); }, flush, st), bwd_flop, true);
-    add("xsa unfused fwd", time_median([&] { xsa_forward_cuda(z.p, y.p, v.p, tokens, H, Hkv, D, 0.5f, st); }, flush, st), xsa_fwd_bytes, false);
-    add("xsa unfused bwd", time_median([&] { xsa_backward_cuda(dy.p, dv.p, dz.p, y.p, v.p, tokens, H, Hkv, D, 0.5f, st); }, flush, st), xsa_bwd_bytes, false);
+    add("backward xsa", time_median([&] { attention_backward_xsa_cuda(dq.p, dk.p, dv.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, alpha.p, nullptr, scratch.p, st); }, flush, st), bwd_flop, true);
+    add("xsa unfused fwd", time_median([&] { xsa_forward_cuda(z.p, y.p, v.p, tokens, H, Hkv, D, alpha.p, st); }, flush, st), xsa_fwd_bytes, false);
+    add("xsa unfused bwd", time_median([&] { xsa_backward_cuda(dy.p, dv.p, nullptr, dz.p, y.p, v.p, tokens, H, Hkv, D, alpha.p, st); }, flush, st), xsa_bwd_bytes, false);
 }
 
 int main(int argc, char** argv) {

@@ -65,6 +65,45 @@ def check_xsa_op():
     check("xsa op: finite differences (gradcheck)", ok)
 
 
+def check_learnable_alpha():
+    """-x learn: alpha_h = tanh(xsa_logit[h]). Logits all atanh(0.7) give the fixed-alpha 0.7 model; the
+    logits' gradient is the analytic -sum_tokens p u (dev/docs/model.md#learnable-alpha) through tanh', and
+    passes gradcheck."""
+    fixed = dict(ALL, xsa_alpha=0.7)
+    cfg, m_fixed, idx, tgt = tiny(**fixed)
+    cfg_l = Config(**dict(fixed, xsa_alpha=0.0, xsa_learnable=True))
+    m_learn = GPT(cfg_l)
+    with torch.no_grad():
+        learn_params = dict(m_learn.named_parameters())
+        for name, p in m_fixed.named_parameters():
+            learn_params[name].copy_(p)
+        for layer in cfg_l.xsa_layers:
+            learn_params[f"transformer.h.{layer}.attn.xsa_logit"].fill_(math.atanh(0.7))
+    names = sorted(n for n in learn_params if n.endswith("xsa_logit"))
+    check("learnable alpha: one logit per head on each XSA layer, nothing else added",
+          names == [f"transformer.h.{i}.attn.xsa_logit" for i in cfg_l.xsa_layers] and
+          all(learn_params[n].shape == (cfg_l.n_head,) for n in names) and len(learn_params) == len(dict(m_fixed.named_parameters())) + len(names))
+    lf, sf = m_fixed(idx, tgt)
+    ll, sl = m_learn(idx, tgt)
+    check("learnable alpha: logits atanh(0.7) == fixed alpha 0.7", rel(ll, lf) < 1e-14 and abs(float(sl - sf)) < 1e-14, f"logits rel {rel(ll, lf):.1e}")
+    # the analytic gradient of one head's alpha: dL/dalpha_h = -sum over tokens of (y.v / n)(g.v), g = dL/dz
+    g = torch.Generator().manual_seed(5)
+    B, T, H, Hkv, D = 2, 5, 4, 2, 8
+    y = torch.randn(B, T, H, D, generator=g, dtype=torch.float64)
+    v = torch.randn(B, T, Hkv, D, generator=g, dtype=torch.float64)
+    gz = torch.randn(B, T, H, D, generator=g, dtype=torch.float64)
+    logit = (torch.rand(H, generator=g, dtype=torch.float64) * 2 - 1).requires_grad_()
+    M.xsa(y, v, torch.tanh(logit)[:, None]).backward(gz)
+    vs = v.repeat_interleave(H // Hkv, dim=2)
+    n = (vs * vs).sum(-1) + M.XSA_EPS
+    dalpha = -((y * vs).sum(-1) / n * (gz * vs).sum(-1)).sum((0, 1))
+    analytic = dalpha * (1 - torch.tanh(logit.detach()) ** 2)
+    check("learnable alpha: analytic dL/dlogit (-sum p u times tanh') == autograd", rel(logit.grad, analytic) < 1e-13, f"{rel(logit.grad, analytic):.1e}")
+    ok = torch.autograd.gradcheck(lambda a: M.xsa(y, v, torch.tanh(a)[:, None]), (logit.detach().clone().requires_grad_(),),
+                                  eps=1e-6, atol=1e-8, rtol=1e-6)
+    check("learnable alpha: finite differences of the logits (gradcheck)", ok)
+
+
 def check_xsa_in_model():
     cfg, m, idx, tgt = tiny(xsa_alpha=1.0, xsa_layers=[0, 1, 2])
     seen = []
@@ -333,18 +372,20 @@ def check_files():
         errs += [rel(p.grad, torch.from_numpy(t["grad." + pn]).double()) for pn, p in m.named_parameters()]
         padded = cfg.vocab_padded > cfg.vocab_size
         pad_ok = (not padded) or (t["grad.lm_head.weight"][cfg.vocab_size:] == 0).all()
-        ok = (n + 8) % 8 == 0 and max(errs) < 1e-7 and pad_ok and diag_err == 0 and len(diag) == 4
+        # diag.*: the float32 rounding of the recomputed float64 value; cos(z, v) at alpha 1 is ~1e-9, where the
+        # summation order of another BLAS build moves it by ~1e-16
+        ok = (n + 8) % 8 == 0 and max(errs) < 1e-7 and pad_ok and diag_err <= 1e-12 and len(diag) == 4
         ok &= all(t[n].shape == (cfg.n_layer,) for n in diag) and all(x.shape == (1,) and x[0] > 0 for x in tols)
         worst, worst_diag = max(worst, max(errs)), max(worst_diag, diag_err)
         ok_all &= bool(ok)
     check("files: reload each data/*.safetensors, recompute in float64 from the stored weights, matches the "
-          "stored logits/loss/grads and (rounded to float32, exactly) diag.*; tol_bf16.diag.* positive; header "
+          "stored logits/loss/grads and (rounded to float32, within 1e-12) diag.*; tol_bf16.diag.* positive; header "
           "8-byte aligned; padded lm_head rows have zero grad", ok_all,
           f"worst rel err {worst:.1e}, worst diag abs err {worst_diag:.1e}")
 
 
 def main():
-    run_checks(check_xsa_op, check_xsa_in_model, check_alpha0_identity, check_gradcheck_model,
+    run_checks(check_xsa_op, check_learnable_alpha, check_xsa_in_model, check_alpha0_identity, check_gradcheck_model,
                check_attention_loops, check_diagnostics_loops, check_diagnostics_properties, check_recorder,
                check_rotary, check_causality, check_files)
 

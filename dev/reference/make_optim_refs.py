@@ -7,7 +7,7 @@ For each file it also runs the same trajectory in float32 from the same float32 
 far that lands from the truth (the floor an fp32 port can expect), and how far the float64 trajectory stays from
 the optimizers' discontinuities (cautious-WD mask flips, AdamW's sign-like first step). Deterministic: same bytes
 on every rerun.
-    /usr/bin/python3 dev/reference/make_optim_refs.py                # write the files
+    /usr/bin/python3 dev/reference/make_optim_refs.py [NAME ..]      # write the files (or only those named)
     /usr/bin/python3 dev/reference/make_optim_refs.py --robustness   # noise-injection test of the chosen seeds
     /usr/bin/python3 dev/reference/make_optim_refs.py --search 3000 1000   # margins per seed (how seeds were picked)
 """
@@ -62,6 +62,12 @@ CONFIGS = [
           window_pattern="SL", short_window=5, value_embeds=True, smear=True,
           xsa_alpha=0.5, xsa_layers=[1, 2]),
      replace(BASE, optimizer="adamw", muon_eq=False, muon_plus=False), 4127),
+    # learnable XSA alpha: the logits (a different one per layer and head) in their own AdamW group
+    ("optim_xsa_learn",
+     dict(vocab_size=64, n_layer=3, n_head=4, n_kv_head=2, head_dim=8, n_embd=24, seq_len=16,
+          window_pattern="SSL", short_window=5, value_embeds=True, smear=True,
+          xsa_learnable=True, xsa_layers=[0, 2]),
+     replace(BASE, optimizer="muon", muon_eq=True, muon_plus=True, lr_xsa=0.04), 5101),
 ]
 
 HYPER_KEYS = ["num_iterations", "warmup_steps", "warmdown_ratio", "final_lr_frac", "momentum_warmup_steps",
@@ -76,7 +82,7 @@ def metadata(cfg, h):
     meta["muon_eq"] = "1" if h.muon_eq else "0"
     meta["muon_plus"] = "1" if h.muon_plus else "0"
     meta["steps"] = str(STEPS)
-    for k in HYPER_KEYS:
+    for k in HYPER_KEYS + (["lr_xsa"] if cfg.xsa_learnable else []):  # lr_xsa: absent in the files made before it
         v = getattr(h, k)
         meta[k] = repr(float(v)) if isinstance(v, float) else str(v)
     return meta
@@ -84,7 +90,7 @@ def metadata(cfg, h):
 
 def hyper_from_metadata(meta):
     kw = dict(optimizer=meta["optimizer"], muon_eq=meta["muon_eq"] == "1", muon_plus=meta["muon_plus"] == "1")
-    for k in HYPER_KEYS:
+    for k in HYPER_KEYS + (["lr_xsa"] if "lr_xsa" in meta else []):
         kw[k] = type(getattr(optim.Hyper, k))(meta[k])
     return optim.Hyper(**kw)
 
@@ -237,7 +243,13 @@ def main():
         return
     outdir = os.path.join(HERE, "data")
     os.makedirs(outdir, exist_ok=True)
+    only = sys.argv[1:]  # names of CONFIGS to (re)write; all by default
+    unknown = set(only) - {name for name, _, _, _ in CONFIGS}
+    if unknown:
+        sys.exit(f"error: no trajectory config named {', '.join(sorted(unknown))}")
     for name, kw, h, seed in CONFIGS:
+        if only and name not in only:
+            continue
         path, losses, agree, marg = make(name, kw, h, seed, outdir)
         (lerr, (perr, pname), (uerr, uname), flips), ((mu, _), (ad, _)) = agree, marg
         print(f"wrote {os.path.relpath(path)} ({os.path.getsize(path)} bytes, losses "

@@ -4,8 +4,8 @@ Generate the reference files dev/reference/data/<name>.safetensors that the C++ 
 For each tiny config: random (non-nanochat) float32 weights from a seeded generator, random idx/targets,
 then forward + backward in float64 from those exact weights (the "truth"), stored as float32, with the
 per-layer attention-similarity diagnostics of that forward (diag.*) and bf16 tolerances (tol_bf16.*).
-Deterministic: rerunning produces the same bytes. Run from anywhere:
-    /usr/bin/python3 dev/reference/make_refs.py
+Deterministic: rerunning produces the same bytes. Run from anywhere (names: only those configs):
+    /usr/bin/python3 dev/reference/make_refs.py [NAME ..]
 """
 import os
 import sys
@@ -59,6 +59,14 @@ CONFIGS = [
     ("gpu_xsa_d128", dict(vocab_size=100, n_layer=3, n_head=2, n_kv_head=2, head_dim=128, n_embd=64, seq_len=72,
                           window_pattern="SL", short_window=40, value_embeds=False, smear=False,
                           xsa_alpha=0.5, xsa_layers=[0, 1, 2]), 1025),
+    # learnable alpha: a different tanh(a_h) per (layer, head) (random_init draws a in [-1, 1]), GQA so that a
+    # kv head's dv sums query heads with different alphas, and a layer without XSA between two with it
+    ("xsa_learn", dict(vocab_size=64, n_layer=3, n_head=4, n_kv_head=2, head_dim=8, n_embd=24, seq_len=20,
+                       window_pattern="SSL", short_window=6, value_embeds=True, smear=True,
+                       xsa_learnable=True, xsa_layers=[0, 2]), 1031),
+    ("gpu_xsa_learn_d64", dict(vocab_size=100, n_layer=3, n_head=4, n_kv_head=2, head_dim=64, n_embd=64, seq_len=80,
+                               window_pattern="SSL", short_window=32, value_embeds=True, smear=True,
+                               xsa_learnable=True, xsa_layers=[0, 1, 2]), 1033),
 ]
 
 
@@ -81,7 +89,7 @@ def metadata(cfg, batch):
         "xsa_layers": ",".join(str(i) for i in cfg.xsa_layers),
         "softcap": "%g" % cfg.softcap,
         "xsa_eps": repr(XSA_EPS),
-    }
+    } | ({"xsa_learnable": "1"} if cfg.xsa_learnable else {})  # absent means fixed (the files made before it existed)
 
 
 def build(cfg_kwargs, seed, batch=BATCH):
@@ -187,7 +195,13 @@ def main():
     torch.set_num_threads(1)  # fixed reduction order -> same bytes on every rerun
     outdir = os.path.join(HERE, "data")
     os.makedirs(outdir, exist_ok=True)
+    only = sys.argv[1:]  # names of CONFIGS to (re)write; all by default
+    unknown = set(only) - {name for name, _, _ in CONFIGS}
+    if unknown:
+        sys.exit(f"error: no reference config named {', '.join(sorted(unknown))}")
     for name, kw, seed in CONFIGS:
+        if only and name not in only:
+            continue
         path, loss, (lrel, (grel, gname)) = make(name, kw, seed, outdir)
         ref = safetensors_io.load(path)[0]
         loosest = max((float(t[0]), k[len("tol_bf16.grad."):]) for k, t in ref.items() if k.startswith("tol_bf16.grad."))

@@ -9,6 +9,7 @@ every gradient. Deliberate choices for this project:
   * RMSNorm without weight, eps = float32 machine epsilon (1.1920929e-07), x * rsqrt(mean(x^2) + eps);
   * rotary tables (inv_freq, angles, cos, sin) computed in float32, then converted to the model dtype;
   * XSA: z = y - alpha * (y.v / (v.v + 1e-8)) * v, with v the token's own (post value-embedding) value;
+    alpha fixed, or learnable: alpha_h = tanh(a_h) per query head, a = attn.xsa_logit of each XSA layer;
   * attention with explicit causal/sliding-window masks and softmax (T x T is materialised);
   * the attention-similarity diagnostics (similarity_diagnostics) from the q, k, v, y, z a forward records.
 Shapes: B batch, T sequence, C n_embd, H query heads, Hkv kv heads, D head_dim, V vocab, Vp padded vocab.
@@ -40,6 +41,7 @@ class Config:
     value_embeds: bool = False
     smear: bool = False
     xsa_alpha: float = 0.0
+    xsa_learnable: bool = False    # alpha = tanh(xsa_logit) per (layer, head) instead of xsa_alpha
     xsa_layers: List[int] = field(default_factory=list)
     softcap: float = 15.0
 
@@ -149,7 +151,7 @@ def attention(q, k, v, w):
 
 
 def xsa(y, v, alpha):
-    """y (B, T, H, D) attention output, v (B, T, Hkv, D) values attention consumed.
+    """y (B, T, H, D) attention output, v (B, T, Hkv, D) values attention consumed, alpha a number or (H, 1).
     z = y - alpha * (y.v / (v.v + eps)) * v, v = own value of kv head h // (H // Hkv)."""
     g = y.shape[2] // v.shape[2]
     vs = v.repeat_interleave(g, dim=2)  # (B, T, H, D)
@@ -196,6 +198,8 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(H * D, C, bias=False)
         if cfg.has_ve(i):
             self.ve_gate = nn.Linear(12, Hkv, bias=False)  # weight (Hkv, 12)
+        if cfg.xsa_learnable and i in cfg.xsa_layers:
+            self.xsa_logit = nn.Parameter(torch.zeros(H))  # alpha_h = tanh(xsa_logit[h]); 0 = the baseline
 
     def forward(self, h, ve, cos, sin, record=None):
         cfg = self.cfg
@@ -212,7 +216,11 @@ class CausalSelfAttention(nn.Module):
         q = store(norm(q) * 1.2)
         k = store(norm(k) * 1.2)
         y = store(attention(q, k, v, cfg.window(self.layer)))
-        z = store(xsa(y, v, cfg.xsa_alpha)) if self.layer in cfg.xsa_layers else y
+        if self.layer in cfg.xsa_layers:
+            alpha = torch.tanh(self.xsa_logit)[:, None] if cfg.xsa_learnable else cfg.xsa_alpha
+            z = store(xsa(y, v, alpha))
+        else:
+            z = y
         if record is not None:
             record.append({n: t.detach() for n, t in dict(q=q, k=k, v=v, y=y, z=z).items()})
         return store(self.c_proj(z.reshape(B, T, H * D)))
@@ -332,6 +340,8 @@ def random_init(model, seed):
                 w = torch.full(shape, 0.7)
             elif name == "backout_lambda":
                 w = torch.full(shape, 0.3)
+            elif name.endswith("attn.xsa_logit"):
+                w = unif(shape, 1.0)  # alpha = tanh(a) within (-0.77, 0.77), a different value per head
             elif name.startswith("transformer.h.") and p.dim() == 2:
                 w = unif(shape, math.sqrt(3.0 / shape[1]))
             else:

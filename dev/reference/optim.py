@@ -45,6 +45,7 @@ class Hyper:
     lr_resid: float = 0.005
     lr_x0: float = 0.1
     lr_smear: float = 0.05           # smear_gate, smear_lambda, backout_lambda
+    lr_xsa: float = 0.04             # learnable XSA logits (not in nanochat; modded-nanogpt's Adam settings for scalars)
     wd_muon_peak: float = 0.28       # Muon cautious WD, cosine schedule
     lr_matrix_adamw: float = 0.003   # "adamw" mode: block matrices
     wd_matrix_adamw: float = 0.1     # "adamw" mode: block matrices (constant)
@@ -184,8 +185,10 @@ def param_groups(model, h):
         dict(kind="adamw", name="smear", params=sel(
             lambda k: k in ("smear_gate.weight", "smear_lambda", "backout_lambda")),
              lr=h.lr_smear, betas=(0.8, 0.95), wd=0.0),
+        dict(kind="adamw", name="xsa_alpha", params=sel(lambda k: k.endswith(".attn.xsa_logit")),
+             lr=h.lr_xsa, betas=(0.8, 0.95), wd=0.0),
     ]
-    blocks = sel(lambda k: k.startswith("transformer.h."))
+    blocks = sel(lambda k: k.startswith("transformer.h.") and not k.endswith(".attn.xsa_logit"))
     if h.optimizer == "muon":
         groups.append(dict(kind="muon", name="matrices", params=blocks, lr=h.lr_matrix, betas=None, wd=None))
     elif h.optimizer == "adamw":

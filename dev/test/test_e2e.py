@@ -11,6 +11,8 @@ test_xsa.cu, which has the model to compute that step.
 
 Standard library only.
 """
+import json
+import math
 import os
 import re
 import shlex
@@ -67,6 +69,7 @@ class TestPresets(unittest.TestCase):
                ("-d 24 --head-dim 128", "depth 24, dim 1536, heads 12 (kv 12) x 128"),
                ("-d 6", "depth 6, dim 384, heads 6 (kv 6) x 64"),
                ("-d 12 -x 1 --xsa-layers last:3", "XSA: alpha 1 on layers 9,10,11"),
+               ("-d 12 -x learn --xsa-layers 0-1", "XSA: learnable alpha = tanh(a) per head, a starting at 0, on layers 0,1"),
                ("-d 12", "batch: 4 rows per micro-batch (the default"),  # the CPU default
                ("-d 12 -t 1024 -B 2048", "batch: 2 rows per micro-batch (the default")]  # 4 would not divide the total batch
 
@@ -81,6 +84,8 @@ class TestBadFlags(unittest.TestCase):
     BAD = [("--bogus 1", "unknown option"),
            ("-x 1.5", "alpha"),
            ("-x -0.1", "alpha"),
+           ("-x learned", "-x (XSA alpha) must be a number in [0, 1] or learn, got 'learned'"),
+           ("-x learn --xsa-lr -1", "learning rates and weight decays must be >= 0"),
            ("-d 12 -x 1 --xsa-layers 12", "past the depth"),
            ("-d 12 -x 1 --xsa-layers last:13", "last:K"),
            ("--dim 100 --heads 3", "not divisible"),
@@ -140,6 +145,43 @@ class TestRunAndResume(TempDirTest):
         rejects(self, TINY + " -n 6 -x 1 --matrix-lr 0.03 --resume " + self.q("a"), "resume with the same model and optimizer flags")
         # and so is another micro-batch (it changes which documents each step sees)
         rejects(self, TINY + " -n 6 -x 1 -b 1 --resume " + self.q("a"), "resume with -b 2")
+
+
+class TestLearnableAlpha(TempDirTest):
+    """-x learn end to end: the learned alphas logged per layer and head at each evaluation (0 at step 0,
+    moved by the end), the logits in the export with xsa_learnable = 1, resume bit-identical, and a
+    resume as a fixed alpha refused."""
+
+    def test_learn_run_and_resume(self):
+        a, b = self.path("a"), self.path("b")
+        os.mkdir(b)
+        flags = TINY.replace("-d 1", "-d 2") + " -n 6 --save-every 3 -x learn --xsa-layers 1"
+        code, out = train_gpt(flags + " -o %s --export-safetensors %s" % (self.q("a"), self.q("a", "final.safetensors")))
+        self.assertEqual(code, 0, out)
+        metrics = [json.loads(l) for l in read(os.path.join(a, "metrics.jsonl")).decode().splitlines()]
+        alphas = {r["step"]: r["alpha"] for r in metrics if r["kind"] == "xsa_alpha"}
+        with self.subTest("an xsa_alpha line per evaluation: layer 1 only, one alpha per head, 0 at step 0, moved by step 6"):
+            self.assertEqual(sorted(alphas), [0, 3, 6], metrics)
+            self.assertTrue(all(list(v) == ["1"] and len(v["1"]) == 2 for v in alphas.values()), alphas)
+            self.assertEqual(alphas[0]["1"], [0.0, 0.0])
+            self.assertTrue(all(0 < abs(x) < 1 for x in alphas[6]["1"]), alphas)
+            self.assertRegex(out, r"step 6/6 \| learned XSA alpha, mean over heads: 1: -?0\.\d{4}\n")
+        with self.subTest("the run line says learnable; the export holds layer 1's logits (tanh of them = the logged alphas)"):
+            run_line = metrics[0]
+            self.assertTrue(run_line["model"]["xsa_learnable"] == 1 and run_line["model"]["xsa_alpha"] == 0, run_line)
+            data = read(os.path.join(a, "final.safetensors"))
+            header = json.loads(data[8:8 + struct.unpack("<Q", data[:8])[0]])
+            self.assertEqual(header["__metadata__"]["xsa_learnable"], "1")
+            self.assertEqual([k for k in header if "xsa_logit" in k], ["transformer.h.1.attn.xsa_logit"])
+            start, end = header["transformer.h.1.attn.xsa_logit"]["data_offsets"]
+            base = 8 + struct.unpack("<Q", data[:8])[0]
+            logits = struct.unpack("<2f", data[base + start:base + end])
+            self.assertTrue(all(abs(math.tanh(x) - y) < 1e-6 for x, y in zip(logits, alphas[6]["1"])), (logits, alphas[6]))
+        shutil.copy(os.path.join(a, "ckpt_000003.safetensors"), b)
+        code, out = train_gpt(flags + " --resume %s --export-safetensors %s" % (self.q("b"), self.q("b", "final.safetensors")))
+        with self.subTest("resume from step 3: final weights (the logits included) bit-identical"):
+            self.assertTrue(code == 0 and read(os.path.join(a, "final.safetensors")) == read(os.path.join(b, "final.safetensors")), out)
+        rejects(self, flags.replace("-x learn", "-x 1") + " --resume " + self.q("a"), "resume with the same model and optimizer flags")
 
 
 class TestBadData(TempDirTest):
