@@ -1479,6 +1479,7 @@ static void cuda_test_identities(const std::string& path) {
     SafetensorsFile ref = safetensors_read(path);
     GPTConfig base = config_from_metadata(ref), off = base, zero = base;
     off.xsa_alpha = zero.xsa_alpha = 0.0f;
+    off.xsa_learnable = zero.xsa_learnable = false;
     off.xsa_layer.assign(base.n_layer, false);
     zero.xsa_layer.assign(base.n_layer, true);
     for (bool fused : {true, false}) {

@@ -10,12 +10,14 @@ The study file (JSON; examples in dev/studies/):
      "arms": {"baseline": "", "xsa": "-x 1"},          # the first arm is the baseline
      "seeds": [1, 2, 3],
      "arm_seeds": {"xsa": [1, 2]},                      # optional: an arm that runs only some of the seeds
+     "concurrent": 8, "gpus_per_run": 1,                # optional: 8 runs side by side, one GPU each (default 1 at a time,
+                                                        # every GPU; for one run on all GPUs put --ranks N in "base")
      "note": "optional: what the study is for and how to prepare its data (the report's first paragraph)"}
 Runs go to DIR/ARM/seed_S (DIR defaults to dev/studies/out/NAME). A run whose metrics.jsonl has its last
 evaluation is complete and skipped; a run with a checkpoint resumes from it (so give the base flags a
 --save-every); any other run directory is started afresh. So a study survives pre-emption (a SIGINT or
 SIGTERM reaches the running train_gpt, which checkpoints; rerun the same command) and grows with more
-seeds. --max-runs K stops after K runs (a budget per sitting). The report, DIR/report.md, is rebuilt
+seeds. --max-runs K starts at most K runs (a budget per sitting). The report, DIR/report.md, is rebuilt
 from the finished runs alone with --report-only.
 
 Arms may differ only in the flags of ARM_FLAGS (XSA, its layers, the optimizer); the runner sets --seed
@@ -150,6 +152,9 @@ def load_study(path):
             raise StudyError(f"'{path}': 'arm_seeds' names '{arm}', which is not an arm")
         if not isinstance(seeds, list) or not seeds or not set(seeds) <= set(study["seeds"]) or len(set(seeds)) != len(seeds):
             raise StudyError(f"'{path}': 'arm_seeds' of '{arm}' must be distinct seeds taken from 'seeds' {study['seeds']}")
+    for key in ("concurrent", "gpus_per_run"):
+        if key in study and not (isinstance(study[key], int) and not isinstance(study[key], bool) and study[key] >= 1):
+            raise StudyError(f"'{path}': '{key}' must be a whole number >= 1")
     for w in shlex.split(study["base"]):
         if w.split("=", 1)[0] in RUNNER_FLAGS:
             raise StudyError(f"'{path}': 'base' sets {w}; the runner sets --seed and the output directory itself")
@@ -176,8 +181,10 @@ def run_state(run_dir):
     return "fresh"
 
 
-def run_one(binary, study, arm, seed, run_dir):
-    """One train_gpt run (fresh or resumed); a signal to the runner reaches train_gpt, which checkpoints."""
+def start_run(binary, study, arm, seed, run_dir, slot):
+    """Starts one train_gpt run (fresh or resumed) in the background: (process, its log file). On a study
+    with 'concurrent' runs, slot s gets GPUs s * G .. s * G + G - 1 (G = 'gpus_per_run') as its
+    CUDA_VISIBLE_DEVICES."""
     state = run_state(run_dir)
     argv = [binary] + shlex.split(study["base"]) + shlex.split(study["arms"][arm]) + ["--seed", str(seed)]
     if state == "resume":
@@ -187,23 +194,53 @@ def run_one(binary, study, arm, seed, run_dir):
             for name in os.listdir(run_dir):  # a run that never reached a checkpoint: start it again
                 os.remove(os.path.join(run_dir, name))
         argv += ["-o", run_dir]
-    print(f"study: {'resuming' if state == 'resume' else 'starting'} {arm} seed {seed}: {shlex.join(argv)}", flush=True)
+    env = dict(os.environ)
+    where = ""
+    if study.get("concurrent", 1) > 1 or "gpus_per_run" in study:
+        per_run = study.get("gpus_per_run", 1)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(slot * per_run + g) for g in range(per_run))
+        where = f" (CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']})"
+    print(f"study: {'resuming' if state == 'resume' else 'starting'} {arm} seed {seed}{where}: {shlex.join(argv)}", flush=True)
     os.makedirs(os.path.dirname(run_dir), exist_ok=True)
     log = open(os.path.join(os.path.dirname(run_dir), f"seed_{seed}.log"), "a")
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-    forward = lambda sig, frame: proc.send_signal(sig)  # noqa: E731
+    return subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env), log
+
+
+def run_all(binary, study, todo, max_runs):
+    """Runs the (arm, seed, run_dir) of todo in order, 'concurrent' at a time (default 1), at most max_runs
+    of them (-1: all). A SIGINT or SIGTERM reaches every running train_gpt, which checkpoints; no new run
+    starts, and the runner exits with the signal's code once they have stopped."""
+    running, stopped = {}, []  # slot -> (process, log, arm, seed)
+    forward = lambda sig, frame: (stopped.append(sig), [r[0].send_signal(sig) for r in running.values()])  # noqa: E731
     old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    failure, started = None, 0
     try:
-        code = proc.wait()
+        while True:
+            while todo and not stopped and failure is None and started != max_runs and len(running) < study.get("concurrent", 1):
+                arm, seed, run_dir = todo.pop(0)
+                slot = min(set(range(study.get("concurrent", 1))) - set(running))
+                running[slot] = start_run(binary, study, arm, seed, run_dir, slot) + (arm, seed)
+                started += 1
+            if not running:
+                break
+            pid, status = os.wait()
+            slot = next(s for s, r in running.items() if r[0].pid == pid)
+            proc, log, arm, seed = running.pop(slot)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            log.close()
+            code = proc.returncode
+            if code in (130, 143) or code < 0:
+                print(f"study: {arm} seed {seed} stopped by a signal with its checkpoint; rerun the same command to go on", flush=True)
+                stopped.append(code)
+            elif code != 0 and failure is None:
+                failure = StudyError(f"{arm} seed {seed} failed (exit {code}); its output is in {log.name}")
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-        log.close()
-    if code in (130, 143):
-        print(f"study: {arm} seed {seed} stopped by a signal with its checkpoint; rerun the same command to go on", flush=True)
-        sys.exit(code)
-    if code != 0:
-        raise StudyError(f"{arm} seed {seed} failed (exit {code}); its output is in {log.name}")
+    if failure:
+        raise failure
+    if stopped:
+        sys.exit(143 if signal.SIGTERM in stopped or 143 in stopped else 130)
 
 
 def check_matched(study, runs):
@@ -409,16 +446,11 @@ def main(argv=None):
         binary = os.path.abspath(args.binary)
         if not args.report_only and not os.access(binary, os.X_OK):
             raise StudyError(f"'{args.binary}' is not an executable trainer (make train_gpt builds ./train_gpt)")
-        done_now = 0
-        for seed in study["seeds"]:  # seed-major: every arm of a seed before the next seed, so a partial study stays matched
-            for arm in [a for a in study["arms"] if seed in seeds_of(study, a)]:
-                run_dir = os.path.join(out_dir, arm, f"seed_{seed}")
-                if args.report_only or run_state(run_dir) == "done":
-                    continue
-                if done_now == args.max_runs:
-                    break
-                run_one(binary, study, arm, seed, run_dir)
-                done_now += 1
+        # seed-major: every arm of a seed before the next seed, so a partial study stays matched
+        todo = [(arm, seed, os.path.join(out_dir, arm, f"seed_{seed}")) for seed in study["seeds"]
+                for arm in study["arms"] if seed in seeds_of(study, arm)]
+        if not args.report_only:
+            run_all(binary, study, [t for t in todo if run_state(t[2]) != "done"], args.max_runs)
         runs = {arm: {} for arm in study["arms"]}
         for arm in study["arms"]:
             for seed in seeds_of(study, arm):

@@ -110,6 +110,27 @@ class TestRunner(xsatest.TempDirTest):
         code, out = self.run_study("--report-only")
         self.assertTrue(code == 0 and "study: starting" not in out, out)
 
+    def test_concurrent(self):
+        self.study_file({"baseline": "", "xsa": "-x 1"}, seeds=(1,))
+        code, out = self.run_study()
+        self.assertEqual(code, 0, out)
+        sequential = {arm: self.losses(self.path("out", arm, "seed_1")) for arm in ("baseline", "xsa")}
+        with open(self.path("study.json")) as f:
+            spec = json.load(f)
+        spec["concurrent"] = 2
+        self.write("study.json", json.dumps(spec))
+        code, out = run(STUDY + [self.path("study.json"), "--binary", binary("train_gpt_cpu"), "--out", self.path("side")])
+        with self.subTest("concurrent 2: both runs start at once, each on its own GPU slot, with the sequential runs' losses"):
+            self.assertEqual(code, 0, out)
+            starts = [l for l in out.splitlines() if l.startswith("study: starting")]
+            self.assertTrue(len(starts) == 2 and "baseline seed 1 (CUDA_VISIBLE_DEVICES=0)" in starts[0] and
+                            "xsa seed 1 (CUDA_VISIBLE_DEVICES=1)" in starts[1], out)
+            for arm in ("baseline", "xsa"):
+                self.assertEqual(self.losses(self.path("side", arm, "seed_1")), sequential[arm])
+        spec["concurrent"] = 0
+        self.write("study.json", json.dumps(spec))
+        check_one_error(self, STUDY + [self.path("study.json")], "'concurrent' must be a whole number >= 1", anywhere=True)
+
     def test_committed_study_files(self):
         for path in sorted(os.listdir(os.path.join(xsatest.REPO, "dev", "studies"))):
             if path.endswith(".json"):
