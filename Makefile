@@ -31,7 +31,7 @@ CUDA_CHECKS = $(patsubst dev/cuda/%.cu,dev/cuda/bin/%,$(wildcard dev/cuda/*_chec
 # the Python that runs the tests (e.g. PYTHON=python3.12 make test); its packages decide what is skipped
 PYTHON ?= python3
 
-.PHONY: all test test-all test_cuda cuda_targets bench clean train_gpt emu_test fuzz fuzz-build fuzz-seeds test-sanitize
+.PHONY: all test test-all test_cuda cuda_targets gpu_binaries bench clean train_gpt emu_test fuzz fuzz-build fuzz-seeds test-sanitize
 
 all: train_gpt_cpu eval_core test_xsa_cpu
 
@@ -74,6 +74,38 @@ dev/bench/bench_fwdbwd_cuda: dev/bench/bench_fwdbwd.cu train_gpt.cu $(HEADERS)
 	$(NVCC) $(NVCCFLAGS) $(NVCC_LIBFLAGS) dev/bench/bench_fwdbwd.cu -o $@ $(CUDA_LIBS)
 
 cuda_targets: train_gpt_cuda eval_core_cuda test_xsa_cuda dev/bench/bench_fwdbwd_cuda $(CUDA_CHECKS)
+
+# What dev/gpu_check.sh runs, built here for a GPU machine (carry build/gpu with the device tool): device code
+# for sm_90 (H100/H200), host code for x86-64-v3 (AVX2 and FMA, every x86 server CPU since 2015) instead of
+# -march=native, whose instructions the GPU machine's CPU may lack. build/gpu/SOURCES is a hash of the
+# sources: gpu_check.sh uses the binaries only if it matches the sources it runs with.
+GPU_BIN = build/gpu
+PORTABLE = -march=x86-64-v3
+GPU_NVCCFLAGS = $(subst -march=native,$(PORTABLE),$(subst -arch=$(CUDA_ARCH),-arch=sm_90,$(NVCCFLAGS)))
+GPU_CXXFLAGS = $(subst -march=native,$(PORTABLE),$(CXXFLAGS))
+GPU_BINARIES = $(addprefix $(GPU_BIN)/,train_gpt_cuda test_xsa_cuda bench_fwdbwd_cuda train_gpt_cpu test_xsa_cpu \
+               $(notdir $(CUDA_CHECKS)))
+gpu_binaries: $(GPU_BINARIES)
+	cat Makefile *.cu *.cuh *.cpp llmc/* dev/cuda/*.cu dev/cuda/*.cuh dev/bench/*.cu | sha256sum | cut -c1-16 > $(GPU_BIN)/SOURCES
+	@echo "gpu_binaries: $(GPU_BIN) ($$(du -sh $(GPU_BIN) | cut -f1)), sources $$(cat $(GPU_BIN)/SOURCES)"
+$(GPU_BIN)/train_gpt_cuda: train_gpt.cu $(HEADERS)
+	@mkdir -p $(GPU_BIN)
+	$(NVCC) $(GPU_NVCCFLAGS) train_gpt.cu -o $@ $(CUDA_LIBS)
+$(GPU_BIN)/test_xsa_cuda: test_xsa.cu train_gpt.cu $(HEADERS)
+	@mkdir -p $(GPU_BIN)
+	$(NVCC) $(GPU_NVCCFLAGS) $(NVCC_LIBFLAGS) -x cu test_xsa.cu -o $@ $(CUDA_LIBS)
+$(GPU_BIN)/bench_fwdbwd_cuda: dev/bench/bench_fwdbwd.cu train_gpt.cu $(HEADERS)
+	@mkdir -p $(GPU_BIN)
+	$(NVCC) $(GPU_NVCCFLAGS) $(NVCC_LIBFLAGS) dev/bench/bench_fwdbwd.cu -o $@ $(CUDA_LIBS)
+$(GPU_BIN)/%_check: dev/cuda/%_check.cu dev/cuda/check_util.cuh $(HEADERS)
+	@mkdir -p $(GPU_BIN)
+	$(NVCC) $(GPU_NVCCFLAGS) $(NVCC_LIBFLAGS) -I. $< -o $@ $(CUDA_LIBS)
+$(GPU_BIN)/train_gpt_cpu: train_gpt.cu $(HEADERS)
+	@mkdir -p $(GPU_BIN)
+	$(CXX) $(GPU_CXXFLAGS) $(OMPFLAGS) -x c++ train_gpt.cu -o $@
+$(GPU_BIN)/test_xsa_cpu: test_xsa.cu train_gpt.cu $(HEADERS)
+	@mkdir -p $(GPU_BIN)
+	$(CXX) $(GPU_CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) -x c++ test_xsa.cu -o $@
 
 # The suites, one PASS/FAIL/SKIP line per check, a subtotal per suite and one closing line
 # "N passed, N failed[, N skipped]" over all of them (dev/test/run_tests.py): ./test_xsa_cpu (the

@@ -1,128 +1,126 @@
 #!/usr/bin/env bash
-# dev/gpu_check.sh: the one script a GPU session runs, within 10 minutes on an H100/H200:
-#   1. build every CUDA target (warnings are errors)
-#   2. what `make test-all` runs on a GPU machine: the CUDA suite (test_xsa.cu built with nvcc: the PyTorch
-#      references, identities, graphs, the CUDA trainer against the CPU one), then the CPU suite
-#   3. the kernel harnesses: each CUDA op against its CPU twin on random inputs, with timings
-#   4. compute-sanitizer memcheck on a tiny training run; a tiny run on 2 ranks (NCCL) if 2 GPUs are present
-#   5. benchmark d12 (768/12 heads) and d24 (1024/16 heads), T 2048: XSA off, alpha 1 fused and unfused,
-#      and the phases of a d24 XSA micro-step (where its time goes)
-# and prints a table last: tokens/s, MFU (nanochat FLOPs, 989 TFLOP/s peak), memory, XSA overhead
-# (and d12 without CUDA graphs, d24 with 16 rows, to show what graphs and rows buy).
-# Logs go to $OUT (or /tmp/gpu_check). Without a GPU it builds what it can and says so.
-#   bash dev/gpu_check.sh            (ITERS=20 D12_BATCH=32 D24_BATCH=32 to change the benchmark)
+# dev/gpu_check.sh: the first run on a GPU machine, in ONE call of at most BUDGET seconds (default 480).
+# Stages run in priority order, each under its own cap (dev/gpu_stage.sh), so a hang or a failure costs
+# only its cap and the later stages still run; after every stage $OUT/summary.md (a markdown table) is
+# rewritten and every log goes into ONE archive, $OUT/gpu_check_logs.tar.gz:
+#   env         nvidia-smi -q (clocks, power, MIG, ECC), driver, nvcc, kernel, CPU
+#   binaries    the ones `make gpu_binaries` built beforehand on a CPU machine (build/gpu/: sm_90, host code
+#               for x86-64-v3), installed if they are of these sources and start; else built here
+#   harnesses   each kernel against its CPU twin (attention first, then matmul, loss, elementwise, optim),
+#               with XSA_CUDA_SYNC=1: a synchronisation after every launch, so a fault names its kernel
+#   sanitizers  compute-sanitizer memcheck, racecheck, synccheck on the attention harness (small shapes)
+#   test_xsa    the CUDA suite: PyTorch references, identities, graphs, the CUDA trainer against the CPU one
+#   train       the trainer end to end (d4-size, learnable XSA) on the embedded data
+#   bench       d24 and d12 at T 2048, XSA off and on (fused, unfused), the phases of a d24 XSA micro-step
+# With the device tool, carry the prebuilt binaries (make gpu_binaries, then carry ["build/gpu"]) and run
+#   bash dev/gpu_check.sh        (OUT is set by the tool; elsewhere OUT=/tmp/gpu_check)
+# Knobs: BUDGET, ITERS (benchmark iterations, 10), D12_BATCH / D24_BATCH (32), GPU_CHECK_BIN (build/gpu).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/gpu_check}
-ITERS=${ITERS:-20}
+export OUT=${OUT:-/tmp/gpu_check}
+GPU_STAGE_TITLE="gpu_check at commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- 2>/dev/null || echo ' (+ working tree changes)')"
+source dev/gpu_stage.sh
+ITERS=${ITERS:-10}
 D12_BATCH=${D12_BATCH:-32}
 D24_BATCH=${D24_BATCH:-32}  # train_gpt's default -b at d24 on an H100/H200 (the largest that fits, up to 32)
+BIN=${GPU_CHECK_BIN:-build/gpu}
 JOBS=$(nproc 2>/dev/null || echo 2)
-mkdir -p "$OUT"
-results=()
-record() { results+=("$(printf '%-34s %s' "$1" "$2")"); echo "== $1: $2"; }
+BENCH_TABLE=$LOGS/bench_table.md
+GPU_STAGE_EXTRA=$BENCH_TABLE
 
-# run NAME TIMEOUT COMMAND...: logs to $OUT/NAME.log, records PASS/FAIL with the last line
-run() {
-    local name=$1 limit=$2
-    shift 2
-    echo "== $name: $*"
-    if timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; then
-        record "$name" "PASS ($(tail -n 1 "$OUT/$name.log"))"
-    else
-        record "$name" "FAIL (exit $?; $OUT/$name.log: $(tail -n 1 "$OUT/$name.log"))"
-    fi
+# ---- env: what the numbers below were measured on
+env_report() {
+    nvidia-smi -q
+    nvidia-smi
+    nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total,clocks.max.sm,clocks.max.mem,power.limit,mig.mode.current,ecc.mode.current --format=csv
+    command -v nvcc >/dev/null && nvcc --version
+    uname -a
+    grep -m1 "model name" /proc/cpuinfo
+    echo "cpu flags for x86-64-v3: $(grep -m1 -o -w -e avx2 -e bmi2 -e fma -e movbe /proc/cpuinfo | sort -u | tr '\n' ' ')"
+    nproc
 }
-
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-gpu=$(nvidia-smi --query-gpu=name,compute_cap,memory.total --format=csv,noheader 2>/dev/null | head -n 1)
-echo "gpu_check at commit $commit on: ${gpu:-no GPU}"
-
-run build 420 make -j"$JOBS" cuda_targets train_gpt_cpu test_xsa_cpu eval_core
-if [ -z "$gpu" ]; then
-    record "GPU checks" "SKIPPED: no GPU on this machine (the CUDA targets were compiled above)"
-    printf '%s\n' "${results[@]}"
+stage env 30 bash -c "$(declare -f env_report); env_report"
+gpu=$(nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total,clocks.max.sm,power.limit,mig.mode.current,ecc.mode.current --format=csv,noheader 2>/dev/null | head -n 1)
+note device "${gpu:-no GPU: nvidia-smi found none}"
+if [ -z "$gpu" ] && [ -z "${GPU_CHECK_NO_GPU_OK:-}" ]; then
+    note "GPU stages" "SKIPPED: no GPU on this machine"
     exit 0
 fi
 
-run test_xsa_cuda 180 ./test_xsa_cuda
-run test_xsa_cpu 180 ./test_xsa_cpu
-for h in dev/cuda/bin/*_check; do run "$(basename "$h")" 120 "$h"; done
-TINY="-d 2 --dim 128 --heads 2 -t 128 -b 4 -B 512 -n 3 --eval-every 3 --sample-every -1 --core-every -1 -x 1"
-if command -v compute-sanitizer >/dev/null; then
-    run memcheck 300 compute-sanitizer --tool memcheck --error-exitcode 1 ./train_gpt_cuda $TINY
-    if grep -q "Device not supported" "$OUT/memcheck.log"; then  # gVisor machines: the sanitizer cannot attach
-        results[${#results[@]}-1]="$(printf '%-34s %s' memcheck "SKIPPED: compute-sanitizer refused this device (Device not supported)")"
-    fi
-else
-    record memcheck "SKIPPED: compute-sanitizer not found"
+# ---- binaries: prebuilt if they are of these sources and start, else built here
+sources_hash() { cat Makefile *.cu *.cuh *.cpp llmc/* dev/cuda/*.cu dev/cuda/*.cuh dev/bench/*.cu 2>/dev/null | sha256sum | cut -c1-16; }
+install_prebuilt() {
+    [ -f "$BIN/SOURCES" ] || { echo "no prebuilt binaries in $BIN (make gpu_binaries builds them)"; return 1; }
+    [ "$(cat "$BIN/SOURCES")" = "$(sources_hash)" ] || { echo "$BIN was built from other sources ($(cat "$BIN/SOURCES") != $(sources_hash))"; return 1; }
+    local b
+    for b in "$BIN"/*; do
+        [ -x "$b" ] || continue
+        if ldd "$b" | grep "not found"; then echo "$b cannot start: a library is missing"; return 1; fi
+    done
+    "$BIN/train_gpt_cuda" --help > /dev/null || { echo "$BIN/train_gpt_cuda does not start (exit $?)"; return 1; }
+    mkdir -p dev/cuda/bin dev/bench
+    cp "$BIN"/train_gpt_cuda "$BIN"/test_xsa_cuda "$BIN"/train_gpt_cpu "$BIN"/test_xsa_cpu .
+    cp "$BIN"/bench_fwdbwd_cuda dev/bench/
+    cp "$BIN"/*_check dev/cuda/bin/
+    touch train_gpt_cuda test_xsa_cuda train_gpt_cpu test_xsa_cpu dev/bench/bench_fwdbwd_cuda dev/cuda/bin/*  # newer than the sources: make keeps them
+    echo "installed the prebuilt binaries of $BIN (sources $(cat "$BIN/SOURCES"))"
+}
+if ! stage binaries_prebuilt 30 bash -c "BIN=$BIN; $(declare -f sources_hash install_prebuilt); install_prebuilt"; then
+    stage build 300 make -j"$JOBS" cuda_targets train_gpt_cpu test_xsa_cpu
 fi
-run train_tiny 120 ./train_gpt_cuda $TINY
-# data parallel (--ranks, NCCL) needs two GPUs: two ranks must match the same run on the CPU backend's ranks
+
+# ---- correctness, each kernel naming itself on a fault
+for h in attention matmul loss elementwise optim; do
+    case $h in
+        attention) args="--no-timing --quiet"; cap=120 ;;
+        optim) args="1"; cap=60 ;;
+        *) args="1"; cap=45 ;;
+    esac
+    stage "harness_$h" $cap env XSA_CUDA_SYNC=1 dev/cuda/bin/${h}_check $args
+done
+if command -v compute-sanitizer >/dev/null; then
+    for tool in memcheck racecheck synccheck; do
+        stage "sanitizer_$tool" 75 compute-sanitizer --tool $tool --error-exitcode 1 dev/cuda/bin/attention_check --no-timing --quiet --small
+    done
+else
+    note sanitizers "SKIPPED: compute-sanitizer not found"
+fi
+stage test_xsa_cuda 180 ./test_xsa_cuda
+TRAIN="-d 4 -t 256 -b 4 -B 4096 -n 4 --eval-every 4 --eval-tokens 8192 --sample-every -1 --core-every -1 -x learn"
+stage train_d4_learn 60 env XSA_CUDA_SYNC=1 ./train_gpt_cuda $TRAIN
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c GPU)
 if [ "$gpus" -ge 2 ]; then
-    run train_ranks2 120 ./train_gpt_cuda $TINY --ranks 2
-    run train_ranks2_cpu 120 ./train_gpt_cpu $TINY --ranks 2
-    record "ranks 2: step-3 val bpb CUDA | CPU" "$(grep -o 'step 3/3 | val bpb [0-9.]*' "$OUT/train_ranks2.log") | $(grep -o 'step 3/3 | val bpb [0-9.]*' "$OUT/train_ranks2_cpu.log")"
-else
-    record train_ranks2 "SKIPPED: --ranks 2 (NCCL) needs 2 GPUs, this machine has $gpus"
+    stage train_ranks2 60 ./train_gpt_cuda $TRAIN --ranks 2
 fi
 
-# benchmark: bench_fwdbwd_cuda LAYERS DIM HEADS KV HEAD_DIM T VOCAB BATCH PATTERN SHORT ALPHA ITERS FUSED [GRAPHS]
-table=()
-bench() {  # name, then the arguments
-    local name=$1
-    shift
-    if timeout 180 dev/bench/bench_fwdbwd_cuda "$@" > "$OUT/bench_$name.log" 2>&1; then
-        local tok mfu mem micro opt
-        tok=$(sed -n 's/^step tok\/s \([0-9.]*\).*/\1/p' "$OUT/bench_$name.log")
-        mfu=$(sed -n 's/.* MFU \([0-9.]*%\).*/\1/p' "$OUT/bench_$name.log")
-        mem=$(sed -n 's/^device memory in use GiB \([0-9.]*\)/\1/p' "$OUT/bench_$name.log")
-        micro=$(sed -n 's/^ours tok\/s [0-9.]* ms\/iter \([0-9.]*\)/\1/p' "$OUT/bench_$name.log")
-        opt=$(sed -n 's/^optimizer step ms \([0-9.]*\)/\1/p' "$OUT/bench_$name.log")
-        table+=("$name $tok ${mfu:-n/a} $mem $micro $opt")
-    else
-        table+=("$name FAIL - - - -")
-        echo "benchmark $name failed: $OUT/bench_$name.log"
+# ---- benchmarks: bench_fwdbwd_cuda LAYERS DIM HEADS KV HEAD_DIM T VOCAB BATCH PATTERN SHORT ALPHA ITERS FUSED [GRAPHS [PHASES]]
+echo "benchmark: T 2048, vocab 32768, SSSL windows; a training step as train_gpt runs it (micro-steps of BATCH x 2048, then the optimizer), medians over $ITERS iterations" > "$BENCH_TABLE"
+echo >> "$BENCH_TABLE"
+echo "| config | tok/s | MFU | mem GiB | micro-step ms | optimizer ms |" >> "$BENCH_TABLE"
+echo "|---|---|---|---|---|---|" >> "$BENCH_TABLE"
+bench() {  # name cap, then bench_fwdbwd_cuda's arguments
+    local name=$1 cap=$2
+    shift 2
+    if stage "bench_$name" "$cap" dev/bench/bench_fwdbwd_cuda "$@"; then
+        local log=$LOGS/bench_$name.log
+        echo "| $name | $(sed -n 's/^step tok\/s \([0-9.]*\).*/\1/p' "$log") | $(sed -n 's/.* MFU \([0-9.]*%\).*/\1/p' "$log") | $(sed -n 's/^device memory in use GiB \([0-9.]*\)/\1/p' "$log") | $(sed -n 's/^ours tok\/s [0-9.]* ms\/iter \([0-9.]*\)/\1/p' "$log") | $(sed -n 's/^optimizer step ms \([0-9.]*\)/\1/p' "$log") |" >> "$BENCH_TABLE"
+        gpu_stage_flush
     fi
 }
-for d in 12 24; do
-    if [ $d = 12 ]; then shape="12 768 12 12 64"; batch=$D12_BATCH; else shape="24 1024 16 16 64"; batch=$D24_BATCH; fi
-    bench "d${d}_base" $shape 2048 32768 "$batch" SSSL 512 0 "$ITERS" 1
-    bench "d${d}_xsa_fused" $shape 2048 32768 "$batch" SSSL 512 1 "$ITERS" 1
-    bench "d${d}_xsa_unfused" $shape 2048 32768 "$batch" SSSL 512 1 "$ITERS" 0
-done
-bench "d12_base_no_graphs" 12 768 12 12 64 2048 32768 "$D12_BATCH" SSSL 512 0 "$ITERS" 1 0  # what the CUDA graph saves
-bench "d24_base_b16" 24 1024 16 16 64 2048 32768 16 SSSL 512 0 "$ITERS" 1  # half the rows: what the batch buys
-# where a d24 XSA micro-step's time goes, by phase of the model (eager launches, CUDA events)
-if timeout 180 dev/bench/bench_fwdbwd_cuda 24 1024 16 16 64 2048 32768 "$D24_BATCH" SSSL 512 1 5 1 1 1 > "$OUT/phases_d24_xsa.log" 2>&1; then
-    phases=$(sed -n '/^phases of a micro-step/,$p' "$OUT/phases_d24_xsa.log")
-else
-    phases="phases of a d24 XSA micro-step: FAIL ($OUT/phases_d24_xsa.log)"
+D24="24 1024 16 16 64 2048 32768 $D24_BATCH SSSL 512"
+D12="12 768 12 12 64 2048 32768 $D12_BATCH SSSL 512"
+bench d24_base 90 $D24 0 "$ITERS" 1
+bench d24_xsa_fused 90 $D24 1 "$ITERS" 1
+bench d12_base 60 $D12 0 "$ITERS" 1
+bench d12_xsa_fused 60 $D12 1 "$ITERS" 1
+bench d24_xsa_unfused 90 $D24 1 "$ITERS" 0
+if stage phases_d24_xsa 90 dev/bench/bench_fwdbwd_cuda $D24 1 5 1 1 1; then
+    { echo; echo "phases of a d24 XSA micro-step ($D24_BATCH x 2048, eager launches):"; echo; echo '```'
+      sed -n '/^phases of a micro-step/,$p' "$LOGS/phases_d24_xsa.log"; echo '```'; } >> "$BENCH_TABLE"
 fi
-
-# the summary, also written to $OUT/summary.md for dev/gpu_results.md
-{
-echo
-echo "gpu_check $(date -u +%Y-%m-%d), commit $commit, $gpu"
-echo
-echo "checks:"
-printf '%s\n' "${results[@]}"
-echo
-echo "benchmark: T 2048, vocab 32768, SSSL windows; a training step as train_gpt runs it (the plan's total"
-echo "batch as micro-steps of BATCH x 2048, then the optimizer), from medians over $ITERS iterations:"
-printf '%-20s %12s %8s %9s %13s %8s %10s\n' config "tok/s" MFU "mem GiB" "micro-step ms" "opt ms" "XSA cost"
-base=""
-for row in "${table[@]}"; do
-    set -- $row
-    case $1 in *_base) base=$2 ;; esac
-    cost="-"
-    if [ "$2" != FAIL ] && [ -n "$base" ] && [ "$base" != FAIL ] && [[ $1 == *_xsa_* ]]; then
-        cost=$(awk -v b="$base" -v x="$2" 'BEGIN { printf "%+.2f%%", 100 * (b / x - 1) }')
-    fi
-    printf '%-20s %12s %8s %9s %13s %8s %10s\n' "$1" "$2" "$3" "$4" "$5" "$6" "$cost"
+for h in attention matmul; do  # the kernels' own timings at the real shapes (no XSA_CUDA_SYNC)
+    case $h in attention) args="";; *) args="5";; esac
+    stage "timing_$h" 90 dev/cuda/bin/${h}_check $args
 done
-echo
-echo "d24, XSA alpha 1 fused, $D24_BATCH x 2048:"
-echo "$phases"
-} | tee "$OUT/summary.md"
+gpu_stage_flush
+cat "$OUT/summary.md"

@@ -289,7 +289,7 @@ static inline void backend_graph_reset(BackendGraph* g) {
 template <typename Work>
 static inline void backend_graph_run(BackendGraph* g, const std::vector<uintptr_t>& key, Work work) {
 #ifdef __CUDACC__
-    if (!g_backend.graphs) {
+    if (!g_backend.graphs || cuda_sync_debug()) {  // XSA_CUDA_SYNC synchronises after every launch: no capture
         work();
         return;
     }

@@ -20,8 +20,24 @@ typedef __nv_bfloat16 floatX;  // activation type of the CUDA backend
 static inline void cuda_check(cudaError_t err, const char* file, int line) {
     if (err != cudaSuccess) fail("CUDA error at %s:%d: %s", file, line, cudaGetErrorString(err));
 }
-// after a kernel launch: launch errors (bad configuration) surface here, execution errors at the next sync
-#define cudaCheckLaunch() cuda_check(cudaGetLastError(), __FILE__, __LINE__)
+// XSA_CUDA_SYNC=1 (the correctness stages of dev/gpu_check.sh): every kernel launch and cuBLASLt call is
+// followed by a device synchronisation and a check, so that a fault names the launch that caused it (the
+// function that launched it, file and line) rather than surfacing at a later synchronisation; CUDA graphs
+// are off then (a stream being captured cannot be synchronised). Slow: for finding faults, not for timing.
+static inline bool cuda_sync_debug() {
+    static const bool on = getenv("XSA_CUDA_SYNC") && strcmp(getenv("XSA_CUDA_SYNC"), "0") != 0;
+    return on;
+}
+// after a kernel launch (or a library call that launches): launch errors (bad configuration) surface here,
+// execution errors at the next sync, or here with XSA_CUDA_SYNC=1
+static inline void cuda_check_launch(const char* what, const char* file, int line) {
+    cudaError_t err = cudaGetLastError();
+    if (err == cudaSuccess && cuda_sync_debug()) err = cudaDeviceSynchronize();
+    if (err != cudaSuccess)
+        fail("CUDA error after %s (%s:%d)%s: %s", what, file, line,
+             cuda_sync_debug() ? "" : ", or in work queued before it (XSA_CUDA_SYNC=1 names the faulting launch)", cudaGetErrorString(err));
+}
+#define cudaCheckLaunch() cuda_check_launch(__func__, __FILE__, __LINE__)
 
 // Device memory is allocated and freed only through these four, which count every change: a captured CUDA
 // graph bakes in the addresses of the buffers its kernels use, so backend_graph_run captures anew whenever

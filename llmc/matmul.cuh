@@ -572,6 +572,12 @@ static inline void matmul_lt(void* D, bool d_fp32, const void* C, const floatX* 
                                    (uint32_t)alA, (uint32_t)alB, (uint32_t)alCD);
     cublasCheck(cublasLtMatmul(g_matmul.handle, plan.desc, &alpha, B, plan.layout_a, A, plan.layout_b, &beta, C,
                                plan.layout_cd, D, plan.layout_cd, &plan.algo, g_matmul.workspace, plan.workspace, stream));
+    if (cuda_sync_debug()) {  // name the matmul: its shape and layout
+        char what[160];
+        snprintf(what, sizeof what, "cuBLASLt matmul M %d N %d K %d transA %d transB %d batch %d%s", M, N, K, (int)transA, (int)transB, batch,
+                 d_fp32 ? " fp32 out" : "");
+        cuda_check_launch(what, __FILE__, __LINE__);
+    }
 }
 
 // out (M, N) bf16 = inp (M, K) @ weight^T, weight (N, K); out is only written

@@ -3,7 +3,7 @@
 //
 // attention_check: the CUDA attention (attention.cuh) and XSA (xsa.cuh) ops against their CPU twins.
 //   ./attention_check              checks, then timing at d24-like sizes
-//   ./attention_check --no-timing  checks only
+//   ./attention_check --no-timing  checks only (--small: the first two shapes only, for compute-sanitizer)
 // For several shapes (head_dim 64 and 128, GQA 2:1 and 1:1, window < T and full, T not a multiple of the
 // 64-row tile, B = 2), on fresh random inputs: the forward (y, lse), the backward (dq, dk, dv), the fused
 // XSA forward (z, y, lse) and backward for alpha 0, 0.5, 1, and the unfused XSA ops. The CPU twins run in
@@ -312,8 +312,11 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
     }
 
     // the fused forward + backward captured in a CUDA graph (no host sync, no allocation inside) replays
-    // to the bits of the direct calls (the last alpha, 1: z, y, lse and dq, dk, dv of the last direct run)
-    {
+    // to the bits of the direct calls (the last alpha, 1: z, y, lse and dq, dk, dv of the last direct run);
+    // not under XSA_CUDA_SYNC, which synchronises after every launch (a capture cannot)
+    if (cuda_sync_debug()) {
+        printf("skip graph replay == direct calls (XSA_CUDA_SYNC: no capture)\n");
+    } else {
         Buf<floatX> dz(nq);
         random_bf16(dz, 1.0f, rng);
         attention_forward_xsa_cuda(z.p, y.p, lse.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, alpha_one.p, st);
@@ -336,6 +339,120 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
     }
     cudaCheck(cudaStreamSynchronize(st));
 #undef NAME
+}
+
+// The real shapes (T 2048, a short and a full window, head_dim 64 and 128, B 2), where the CPU twins would
+// take minutes: the fused XSA forward and backward (alphas that differ per head, as -x learn's) on the GPU,
+// then a double-precision reference of the sampled rows only, from the same bf16 inputs and the GPU's own
+// y and lse (as the backward uses them): query rows (y, lse, z, dq, the dL/dalpha shares) and key rows
+// (dk, dv: every query of the window that sees the key, summed over the kv head's query heads).
+static void check_real_shape(const Shape& s, Rng* rng, cudaStream_t st) {
+    const int B = s.B, T = s.T, H = s.H, Hkv = s.Hkv, D = s.D, W = std::min(s.window, s.T), group = H / Hkv;
+    const size_t tokens = (size_t)B * T, nq = tokens * H * D, nkv = tokens * Hkv * D, nl = (size_t)B * H * T;
+    printf("-- real shape, sampled rows: B %d T %d H %d Hkv %d D %d window %d\n", B, T, H, Hkv, D, W);
+    char name[128];
+    Buf<floatX> q(nq), k(nkv), v(nkv), y(nq), z(nq), dz(nq), dq(nq), dk(nkv), dv(nkv);
+    Buf<float> lse(nl), alpha(H), shares(tokens * H), scratch(attention_backward_scratch_floats(B, T, H, Hkv, D, true));
+    const std::vector<float> hq = random_bf16(q, s.qstd, rng), hk = random_bf16(k, 1.5f, rng), hv = random_bf16(v, 1.0f, rng);
+    const std::vector<float> hdz = random_bf16(dz, 1.0f, rng);
+    std::vector<float> halpha(H);
+    for (int h = 0; h < H; h++) halpha[h] = tanhf(-0.8f + 2.0f * h / std::max(H - 1, 1));
+    cudaCheck(cudaMemcpy(alpha.p, halpha.data(), H * sizeof(float), cudaMemcpyHostToDevice));
+    y.poison(st), z.poison(st), lse.poison(st), dq.poison(st), dk.poison(st), dv.poison(st), shares.poison(st);
+    attention_forward_xsa_cuda(z.p, y.p, lse.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, alpha.p, st);
+    attention_backward_xsa_cuda(dq.p, dk.p, dv.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, alpha.p, shares.p, scratch.p, st);
+    const std::vector<float> gy = download(y), gz = download(z), glse = download(lse), gdq = download(dq), gdk = download(dk), gdv = download(dv);
+    const std::vector<float> gshares = download(shares);
+    const double scale = 1.0 / sqrt((double)D);
+    auto at = [&](const std::vector<float>& t, int b, int i, int heads, int h) { return &t[(((size_t)b * T + i) * heads + h) * D]; };
+    auto dot = [&](const float* a, const float* b) { double d = 0.0; for (int c = 0; c < D; c++) d += (double)a[c] * b[c]; return d; };
+    // per (b, i, h): dy = dz - alpha (u / n) v from the GPU's y (the backward's first step), delta = dy . y,
+    // and the self-position dv term; computed on demand for the queries a sampled row needs
+    auto dy_of = [&](int b, int i, int h, std::vector<double>& dy) {
+        const float* vi = at(hv, b, i, Hkv, h / group);
+        const float* g = at(hdz, b, i, H, h);
+        const double un = dot(g, vi) / (dot(vi, vi) + XSA_EPS);
+        dy.resize(D);
+        for (int c = 0; c < D; c++) dy[c] = g[c] - halpha[h] * un * vi[c];
+    };
+    auto weight = [&](int b, int i, int j, int h) {  // softmax weight of key j for query i, from the GPU's lse
+        return exp(dot(at(hq, b, i, H, h), at(hk, b, j, Hkv, h / group)) * scale - glse[((size_t)b * H + h) * T + i]);
+    };
+    // sampled positions: the edges (0, the window, the last) and random ones
+    std::vector<int> pos = {0, 1, W - 1 >= 0 ? W - 1 : 0, std::min(W, T - 1), std::min(W + 1, T - 1), T - 1};
+    while (pos.size() < 24) pos.push_back((int)(rng_next_u64(rng) % (uint64_t)T));
+    std::vector<float> ry, cy, rz, cz, rlse, clse, rdq, cdq, rsh, csh, rdk, cdk, rdv, cdv;
+    std::vector<double> dy;
+    for (size_t n = 0; n < pos.size(); n++) {
+        const int b = (int)(n % B), i = pos[n], h = (int)(rng_next_u64(rng) % (uint64_t)H), g = h / group;
+        // query row (b, i, h): y, lse, z, dq, the dL/dalpha share
+        const int j0 = std::max(0, i - W);
+        double m = -INFINITY, sum = 0.0;
+        for (int j = j0; j <= i; j++) m = std::max(m, dot(at(hq, b, i, H, h), at(hk, b, j, Hkv, g)) * scale);
+        std::vector<double> yrow(D, 0.0);
+        for (int j = j0; j <= i; j++) {
+            const double p = exp(dot(at(hq, b, i, H, h), at(hk, b, j, Hkv, g)) * scale - m);
+            sum += p;
+            for (int c = 0; c < D; c++) yrow[c] += p * at(hv, b, j, Hkv, g)[c];
+        }
+        rlse.push_back(glse[((size_t)b * H + h) * T + i]), clse.push_back((float)(m + log(sum)));
+        const float* gyi = at(gy, b, i, H, h);
+        const float* vi = at(hv, b, i, Hkv, g);
+        const double nn = dot(vi, vi) + XSA_EPS, coef = halpha[h] * dot(gyi, vi) / nn;
+        dy_of(b, i, h, dy);
+        const double delta = [&] { double d = 0.0; for (int c = 0; c < D; c++) d += dy[c] * gyi[c]; return d; }();
+        std::vector<double> dqrow(D, 0.0);
+        for (int j = j0; j <= i; j++) {
+            const double ds = weight(b, i, j, h) * ([&] { double d = 0.0; for (int c = 0; c < D; c++) d += dy[c] * at(hv, b, j, Hkv, g)[c]; return d; }() - delta);
+            for (int c = 0; c < D; c++) dqrow[c] += ds * scale * at(hk, b, j, Hkv, g)[c];
+        }
+        for (int c = 0; c < D; c++) {
+            ry.push_back(gyi[c]), cy.push_back((float)(yrow[c] / sum));
+            rz.push_back(at(gz, b, i, H, h)[c]), cz.push_back((float)(gyi[c] - coef * vi[c]));
+            rdq.push_back(at(gdq, b, i, H, h)[c]), cdq.push_back((float)dqrow[c]);
+        }
+        rsh.push_back(gshares[((size_t)b * T + i) * H + h]), csh.push_back((float)(-dot(gyi, vi) / nn * dot(at(hdz, b, i, H, h), vi)));
+        // key row (b, j = i, g): dk and dv over the queries i2 in [j, j + W] of every query head of the group
+        const int j = i;
+        std::vector<double> dkrow(D, 0.0), dvrow(D, 0.0);
+        for (int h2 = g * group; h2 < (g + 1) * group; h2++) {
+            for (int i2 = j; i2 <= std::min(T - 1, j + W); i2++) {
+                dy_of(b, i2, h2, dy);
+                const float* y2 = at(gy, b, i2, H, h2);
+                double delta2 = 0.0, dpv = 0.0;
+                for (int c = 0; c < D; c++) delta2 += dy[c] * y2[c], dpv += dy[c] * at(hv, b, j, Hkv, g)[c];
+                const double p = weight(b, i2, j, h2), ds = p * (dpv - delta2);
+                for (int c = 0; c < D; c++) {
+                    dkrow[c] += ds * scale * at(hq, b, i2, H, h2)[c];
+                    dvrow[c] += p * dy[c];
+                }
+            }
+            // XSA's own term at the key's position: -alpha ((u / n) y + p g - 2 p (u / n) v)
+            const float* yj = at(gy, b, j, H, h2);
+            const float* gj = at(hdz, b, j, H, h2);
+            const float* vj = at(hv, b, j, Hkv, g);
+            const double n2 = dot(vj, vj) + XSA_EPS, un = dot(gj, vj) / n2, p = dot(yj, vj) / n2;
+            for (int c = 0; c < D; c++) dvrow[c] += -halpha[h2] * (un * yj[c] + p * gj[c] - 2.0 * p * un * vj[c]);
+        }
+        for (int c = 0; c < D; c++) {
+            rdk.push_back(at(gdk, b, j, Hkv, g)[c]), cdk.push_back((float)dkrow[c]);
+            rdv.push_back(at(gdv, b, j, Hkv, g)[c]), cdv.push_back((float)dvrow[c]);
+        }
+    }
+    snprintf(name, sizeof name, "T %d w %d D %d: y (sampled rows)", T, W, D);
+    check_close(name, ry, cy, 1e-2, D);
+    snprintf(name, sizeof name, "T %d w %d D %d: lse", T, W, D);
+    check_close(name, rlse, clse, 1e-4);
+    snprintf(name, sizeof name, "T %d w %d D %d: z (per-head alpha)", T, W, D);
+    check_close(name, rz, cz, 1e-2, D);
+    snprintf(name, sizeof name, "T %d w %d D %d: dq", T, W, D);
+    check_close(name, rdq, cdq, 1e-2, D);
+    snprintf(name, sizeof name, "T %d w %d D %d: dk", T, W, D);
+    check_close(name, rdk, cdk, 1e-2, D);
+    snprintf(name, sizeof name, "T %d w %d D %d: dv", T, W, D);
+    check_close(name, rdv, cdv, 1e-2, D);
+    snprintf(name, sizeof name, "T %d w %d D %d: dL/dalpha shares", T, W, D);
+    check_close(name, rsh, csh, 1e-4);
 }
 
 // ---- timing ----
@@ -402,11 +519,12 @@ static void time_shape(const Shape& s, Rng* rng, cudaStream_t st, Buf<unsigned c
 }
 
 int main(int argc, char** argv) {
-    bool timing = true;
+    bool timing = true, small = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--no-timing")) timing = false;
         else if (!strcmp(argv[i], "--quiet")) g_quiet_pass = true;  // print failures only
-        else fail("usage: %s [--no-timing] [--quiet]", argv[0]);
+        else if (!strcmp(argv[i], "--small")) small = true;         // the first two shapes only (for the sanitizers)
+        else fail("usage: %s [--no-timing] [--quiet] [--small]", argv[0]);
     }
     cuda_context_init();
     printf("attention_check on %s (%d SMs)\n", g_cuda.name, g_cuda.sm_count);
@@ -425,15 +543,24 @@ int main(int argc, char** argv) {
         {1, 300, 2, 1, 64, 0},         // window 0: every token sees only itself (GQA 2:1)
         {1, 512, 2, 1, 64, 128},       // T and window multiples of the tile
     };
-    for (const Shape& s : shapes) check_shape(s, &rng, st);
+    for (const Shape& s : shapes) {
+        check_shape(s, &rng, st);
+        if (small && &s == &shapes[1]) break;
+    }
+    const Shape real[] = {
+        {2, 2048, 16, 16, 64, 512}, {2, 2048, 16, 16, 64, 2048},    // d24: a short-window and a long-window layer
+        {2, 2048, 12, 12, 128, 512}, {2, 2048, 12, 12, 128, 2048},  // nanochat's head_dim 128
+    };
+    if (!small)
+        for (const Shape& s : real) check_real_shape(s, &rng, st);
 
     std::vector<Row> rows;
     if (timing) {
         Buf<unsigned char> flush((size_t)256 << 20);
-        const Shape timed[] = {
-            {8, 2048, 16, 16, 64, 2048},  // d24 (dim 1024, 16 heads of 64), long-window layer
-            {8, 2048, 16, 16, 64, 512},   // d24 short-window layer (T / 4)
-            {8, 2048, 12, 12, 128, 2048}, // nanochat's d24 shape (1536 / 12 heads of 128)
+        const Shape timed[] = {  // the training batch, 32 rows: K/V of all heads far exceed the 50-60 MB L2
+            {32, 2048, 16, 16, 64, 2048},  // d24 (dim 1024, 16 heads of 64), long-window layer
+            {32, 2048, 16, 16, 64, 512},   // d24 short-window layer (T / 4)
+            {32, 2048, 12, 12, 128, 2048}, // nanochat's d24 shape (1536 / 12 heads of 128)
         };
         for (const Shape& s : timed) time_shape(s, &rng, st, flush, rows);
     }

@@ -40,6 +40,11 @@ dims = {'16384': '200', '32768': '4096', '768': '96', '3072': '384', '1024': '12
         '6144': '768', '48': '4', '96': '4', '24': '2'}
 shrink_main('dev/cuda/matmul_check.cu', dims)
 shrink_main('dev/cuda/optim_check.cu', dims)
+# attention's real shapes (T 2048, checked on sampled rows): T 2048 -> 160, 16/12 heads -> 2, windows 512 -> 40
+sub('dev/cuda/attention_check.cu', '''        {2, 2048, 16, 16, 64, 512}, {2, 2048, 16, 16, 64, 2048},    // d24: a short-window and a long-window layer
+        {2, 2048, 12, 12, 128, 512}, {2, 2048, 12, 12, 128, 2048},  // nanochat's head_dim 128''',
+    '''        {1, 160, 2, 1, 64, 40}, {1, 160, 2, 2, 64, 160},
+        {1, 160, 2, 2, 128, 40}, {1, 160, 2, 2, 128, 160},''')
 # attention: batch 2 -> 1 (T, windows and head dims, which set the tile edge cases, stay)
 s = open(GEN + 'dev/cuda/attention_check.cu').read()
 i = s.index('int main(')
