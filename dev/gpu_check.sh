@@ -10,6 +10,7 @@
 #               with XSA_CUDA_SYNC=1: a synchronisation after every launch, so a fault names its kernel
 #   sanitizers  compute-sanitizer memcheck, racecheck, synccheck on the attention harness (small shapes)
 #   test_xsa    the CUDA suite: PyTorch references, identities, graphs, the CUDA trainer against the CPU one
+#   model_twin  the CUDA backend against the CPU backend on one d4-size model and batch: loss, logits, every gradient
 #   train       the trainer end to end (d4-size, learnable XSA) on the embedded data
 #   bench       d24 and d12 at T 2048, XSA off and on (fused, unfused), the phases of a d24 XSA micro-step
 # With the device tool, carry the prebuilt binaries (make gpu_binaries, then carry ["build/gpu"]) and run
@@ -86,6 +87,8 @@ else
     note sanitizers "SKIPPED: compute-sanitizer not found"
 fi
 stage test_xsa_cuda 180 ./test_xsa_cuda
+TWIN=$(mktemp -d)/twin.safetensors  # 57 MB: not in the archive
+stage model_twin 90 bash -c "./test_xsa_cpu --twin-write $TWIN && XSA_CUDA_SYNC=1 ./test_xsa_cuda --twin-check $TWIN"
 TRAIN="-d 4 -t 256 -b 4 -B 4096 -n 4 --eval-every 4 --eval-tokens 8192 --sample-every -1 --core-every -1 -x learn"
 stage train_d4_learn 60 env XSA_CUDA_SYNC=1 ./train_gpt_cuda $TRAIN
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c GPU)

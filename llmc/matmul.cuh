@@ -436,6 +436,9 @@ struct MatmulPlan {
     int algo_id = 0, tile_id = 0, splitk = 1, stages_id = 0;
     uint32_t reduction = 0;
     float waves = 0.0f;
+    // every candidate of the heuristic that our rules accept, best first (algo is the first): what
+    // dev/cuda/matmul_check.cu times one by one at the model's shapes
+    std::vector<cublasLtMatmulHeuristicResult_t> usable;
 };
 
 // key: M, N, K, transA, transB, D fp32, batch, strideA, strideB, strideCD, C == D, alignA, alignB, alignCD, mask
@@ -445,6 +448,7 @@ struct MatmulState {
     cublasLtHandle_t handle = nullptr;
     void* workspace = nullptr;
     std::map<MatmulKey, MatmulPlan> plans;
+    MatmulPlan* last = nullptr;  // the plan of the latest matmul_lt call (for the harness)
 };
 static MatmulState g_matmul;
 
@@ -519,7 +523,7 @@ static inline MatmulPlan& matmul_plan(const MatmulKey& key, int M, int N, int K,
     // heuristic order is best first; take the first that is deterministic by our rules (the mask should
     // already guarantee it: this re-check turns a library surprise into an error instead of silent atomics)
     int chosen = -1;
-    for (int i = 0; i < returned && chosen < 0; i++) {
+    for (int i = 0; i < returned; i++) {
         if (results[i].state != CUBLAS_STATUS_SUCCESS || results[i].workspaceSize > MATMUL_WORKSPACE_BYTES) continue;
         int32_t splitk = 1;
         uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
@@ -532,6 +536,8 @@ static inline MatmulPlan& matmul_plan(const MatmulKey& key, int M, int N, int K,
             cublasCheck(cublasLtMatmulAlgoCapGetAttribute(&results[i].algo, CUBLASLT_ALGO_CAP_OUT_OF_PLACE_RESULT_SUPPORT, &oop, sizeof(oop), &written));
             if (!oop) continue;
         }
+        plan.usable.push_back(results[i]);
+        if (chosen >= 0) continue;
         chosen = i;
         plan.splitk = splitk;
         plan.reduction = splitk > 1 ? scheme : (uint32_t)CUBLASLT_REDUCTION_SCHEME_NONE;
@@ -570,6 +576,7 @@ static inline void matmul_lt(void* D, bool d_fp32, const void* C, const floatX* 
                      (long long)g_matmul_reduction_mask};
     MatmulPlan& plan = matmul_plan(key, M, N, K, transA, transB, d_fp32, batch, strideA, strideB, strideCD, in_place,
                                    (uint32_t)alA, (uint32_t)alB, (uint32_t)alCD);
+    g_matmul.last = &plan;
     cublasCheck(cublasLtMatmul(g_matmul.handle, plan.desc, &alpha, B, plan.layout_a, A, plan.layout_b, &beta, C,
                                plan.layout_cd, D, plan.layout_cd, &plan.algo, g_matmul.workspace, plan.workspace, stream));
     if (cuda_sync_debug()) {  // name the matmul: its shape and layout

@@ -12,6 +12,7 @@
 // Prints the cuBLASLt plans chosen (algorithm, split-K, reduction scheme), then a table. Exit 1 on failure.
 #include "llmc/matmul.cuh"
 #include "dev/cuda/check_util.cuh"
+#include <functional>
 
 // ---------------------------------------------------------------------------------------------------
 // Linear layer forward/backward
@@ -208,6 +209,50 @@ static void check_batched(const char* label, int M, int N, int K, bool transA, b
     if (!in_place) cudaCheck(cudaFree(D));
 }
 
+// Every candidate the cuBLASLt heuristic offers for one GEMM of a model-size Linear layer (M tokens, K in,
+// N out), timed: the forward, the input gradient and the fp32 weight gradient (accumulated), each with
+// every candidate our rules accept (deterministic, within the workspace), the chosen one (the heuristic's
+// first) marked. Shows whether keeping the heuristic's pick leaves time on the table.
+static void time_candidates(const char* label, int M, int K, int N, int repeats) {
+    floatX* inp = dev_alloc<floatX>((size_t)M * K);
+    floatX* weight = dev_alloc<floatX>((size_t)N * K);
+    floatX* out = dev_alloc<floatX>((size_t)M * N);
+    float* dweight = dev_alloc<float>((size_t)N * K);
+    fill_random(inp, (size_t)M * K, -1.0f, 1.0f);
+    fill_random(weight, (size_t)N * K, -1.0f / sqrtf((float)K), 1.0f / sqrtf((float)K));
+    fill_random(out, (size_t)M * N, -1.0f, 1.0f);
+    cudaCheck(cudaMemset(dweight, 0, (size_t)N * K * sizeof(float)));
+    const double flops = 2.0 * M * N * K;
+    struct Op {
+        const char* name;
+        std::function<void()> call;
+    };
+    const Op ops[] = {{"fwd", [&] { matmul_forward_cuda(out, inp, weight, M, K, N, 0); }},
+                      {"dinp", [&] { matmul_backward_cuda(inp, nullptr, out, inp, weight, M, K, N, GRAD_OVERWRITE, 0); }},
+                      {"dweight", [&] { matmul_backward_cuda(nullptr, dweight, out, inp, weight, M, K, N, GRAD_ACCUMULATE, 0); }}};
+    for (const Op& op : ops) {
+        op.call();  // makes the plan
+        MatmulPlan* plan = g_matmul.last;
+        const std::vector<cublasLtMatmulHeuristicResult_t> usable = plan->usable;
+        for (size_t i = 0; i < usable.size(); i++) {
+            plan->algo = usable[i].algo;
+            plan->workspace = usable[i].workspaceSize;
+            const double ms = time_ms(op.call, repeats);
+            int32_t id = 0, tile = 0, stages = 0, splitk = 1;
+            size_t written = 0;
+            cublasCheck(cublasLtMatmulAlgoConfigGetAttribute(&usable[i].algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &written));
+            cublasCheck(cublasLtMatmulAlgoConfigGetAttribute(&usable[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &written));
+            cublasCheck(cublasLtMatmulAlgoConfigGetAttribute(&usable[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof(stages), &written));
+            cublasCheck(cublasLtMatmulAlgoConfigGetAttribute(&usable[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof(splitk), &written));
+            printf("candidate %-12s %-8s %dx%dx%d  #%zu algo %3d tile %3d stages %3d split-K %2d  %8.3f ms %7.1f TFLOP/s%s\n", label, op.name, M,
+                   K, N, i, id, tile, stages, splitk, ms, flops / ms * 1e-9, i == 0 ? "  (chosen)" : "");
+        }
+        plan->algo = usable[0].algo;
+        plan->workspace = usable[0].workspaceSize;
+    }
+    for (void* p : {(void*)inp, (void*)weight, (void*)out, (void*)dweight}) cudaCheck(cudaFree(p));
+}
+
 int main(int argc, char** argv) {
     int repeats = 20;
     if (argc > 1) repeats = parse_int32("repeats", argv[1]);
@@ -249,6 +294,13 @@ int main(int argc, char** argv) {
         else check_batched(label, k, n, k, false, false, 1.0f, 8.16f, m.count, false, false, repeats);
     }
 
+    if (repeats > 0) {  // the heuristic's candidates at d24's real shapes: 32 rows x 2048 tokens per micro-step
+        printf("\ncuBLASLt candidates at the model's shapes, %d repeats each:\n", repeats);
+        time_candidates("d24 attn", 65536, 1024, 1024, repeats);
+        time_candidates("d24 fc", 65536, 1024, 4096, repeats);
+        time_candidates("d24 proj", 65536, 4096, 1024, repeats);
+        time_candidates("d24 lm_head", 65536, 1024, 32768, repeats);
+    }
     printf("\ncuBLASLt plans (reduction: none = no split-K, fp32-ws = split-K with fp32 partials in our workspace):\n");
     matmul_cuda_print_plans(stdout);
     return print_table();

@@ -36,7 +36,7 @@ shrink_main('dev/cuda/elementwise_check.cu', {'2048': '64', '32768': '1024'})
 # loss: N 8192 / 2048 -> 64 / 16 (the vocabularies, up to 65536, stay)
 shrink_main('dev/cuda/loss_check.cu', {'8192': '64', '2048': '16'})
 # matmul and optimizer: tokens 16384 -> 200, model dims / 8, Muon's K counts 48/96/24 -> 4/4/2
-dims = {'16384': '200', '32768': '4096', '768': '96', '3072': '384', '1024': '128', '4096': '512', '1536': '192',
+dims = {'65536': '256', '16384': '200', '32768': '4096', '768': '96', '3072': '384', '1024': '128', '4096': '512', '1536': '192',
         '6144': '768', '48': '4', '96': '4', '24': '2'}
 shrink_main('dev/cuda/matmul_check.cu', dims)
 shrink_main('dev/cuda/optim_check.cu', dims)
