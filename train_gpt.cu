@@ -1638,12 +1638,20 @@ static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt,
     if (f.metadata.count("format") == 0 || f.meta("format") != CHECKPOINT_FORMAT)
         fail("'%s' is not an xsa-train checkpoint (format '%s', expected '%s')", path.c_str(),
              f.metadata.count("format") ? f.meta("format").c_str() : "none", CHECKPOINT_FORMAT);
+    // settings newer than the checkpoint format: a checkpoint from before them lacks them, and implies a value
+    // (nullptr: none to compare; the learnable alpha's lr matters only to a learnable alpha, which such a
+    // checkpoint cannot hold: xsa_learnable says so)
+    static const std::map<std::string, const char*> added_later = {{"xsa_learnable", "0"}, {"optim.lr.xsa_alpha", nullptr}};
     std::map<std::string, std::string> want = config_to_metadata(model->config);
     for (const auto& kv : optim_to_metadata(opt->config)) want[kv.first] = kv.second;
-    for (const auto& kv : want)
-        if (f.metadata.count(kv.first) == 0 || f.meta(kv.first) != kv.second)
+    for (const auto& kv : want) {
+        const auto implied = added_later.find(kv.first);
+        if (f.metadata.count(kv.first) == 0 && implied != added_later.end() && implied->second == nullptr) continue;
+        const std::string have = f.metadata.count(kv.first) ? f.meta(kv.first) : implied != added_later.end() ? implied->second : "(missing)";
+        if (have != kv.second)
             fail("'%s' was written with %s = %s, but this run has %s = %s; resume with the same model and optimizer flags", path.c_str(),
-                 kv.first.c_str(), f.metadata.count(kv.first) ? f.meta(kv.first).c_str() : "(missing)", kv.first.c_str(), kv.second.c_str());
+                 kv.first.c_str(), have.c_str(), kv.first.c_str(), kv.second.c_str());
+    }
     const int ranks = (int)metadata_int(f, "ranks", 1, MAX_RANKS);
     if (ranks != g_ranks.world)
         fail("'%s' was written by %d ranks, this run has %d; resume with --ranks %d (the ranks decide the data order)", path.c_str(), ranks,

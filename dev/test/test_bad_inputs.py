@@ -592,6 +592,21 @@ class TestCheckpoints(Case):
     def edit(self, **kw):
         return craft.st_edit(self.fx.ckpt3, **kw)
 
+    def test_written_before_learnable_alpha(self):
+        """checkpoint: from before -x learn existed (no xsa_learnable, no optim.lr.xsa_alpha) -> resumes as a fixed alpha;
+        resuming it with -x learn -> one error naming xsa_learnable"""
+        old = self.edit(drop_meta=["xsa_learnable", "optim.lr.xsa_alpha"])
+        d = self.path("run")
+        self.file(os.path.join("run", "ckpt_000003.safetensors"), old)
+        self.file(os.path.join("run", "metrics.jsonl"), self.fx.metrics)
+        code, out, err = execute(train(BASE + " --resume " + q(d)))
+        self.assertTrue(code == 0 and "resumed from" in out, out + err)
+        if os.path.exists(self.path("run", "ckpt_000006.safetensors")):  # the resumed run's: the edited one must be the latest again
+            os.remove(self.path("run", "ckpt_000006.safetensors"))
+        self.file(os.path.join("run", "metrics.jsonl"), self.fx.metrics)
+        # (--xsa-layers none: the layers match, so the one difference is the implied xsa_learnable = 0)
+        self.rejects(train(BASE + " -x learn --xsa-layers none --resume " + q(d)), ["xsa_learnable = 0", "this run has xsa_learnable = 1"])
+
     # FAILS at f7b1cb3 (train_gpt.cu load_checkpoint): std::stoi throws std::invalid_argument: terminate, abort (exit 134)
     def test_step_not_numeric(self):
         """checkpoint: metadata step = "abc" -> one error naming the checkpoint and step"""
