@@ -414,7 +414,8 @@ def plot_study(study, out_dir, runs, plt):
                     ax.text(h, i, f"{value:.2f}", ha="center", va="center", fontsize=8)
             ax.set_yticks(range(len(layers)), [str(l) for l in layers])
             ax.set_xticks(range(heads))
-            ax.set(title=f"{a}: learned alpha at the last evaluation (mean of {len(per_seed)} seeds)", xlabel="head", ylabel="layer")
+            seeds = f"{len(per_seed)} seed{'s' if len(per_seed) > 1 else ''}"
+            ax.set(title=f"{a}: learned alpha at the last evaluation\n(mean of {seeds})", xlabel="head", ylabel="layer")
             fig.colorbar(image, ax=ax)
         save(fig, "alpha.png")
 
