@@ -78,7 +78,8 @@ cuda_targets: train_gpt_cuda eval_core_cuda test_xsa_cuda dev/bench/bench_fwdbwd
 # What dev/gpu_check.sh runs, built here for a GPU machine (carry build/gpu with the device tool): device code
 # for sm_90 (H100/H200), host code for x86-64-v3 (AVX2 and FMA, every x86 server CPU since 2015) instead of
 # -march=native, whose instructions the GPU machine's CPU may lack. build/gpu/SOURCES is a hash of the
-# sources: gpu_check.sh uses the binaries only if it matches the sources it runs with.
+# sources (dev/gpu_sources_hash.sh): gpu_check.sh uses the binaries only if it matches the sources it runs
+# with. (Edit no source while this builds: the hash is taken at the end.)
 GPU_BIN = build/gpu
 PORTABLE = -march=x86-64-v3
 GPU_NVCCFLAGS = $(subst -march=native,$(PORTABLE),$(subst -arch=$(CUDA_ARCH),-arch=sm_90,$(NVCCFLAGS)))
@@ -86,7 +87,7 @@ GPU_CXXFLAGS = $(subst -march=native,$(PORTABLE),$(CXXFLAGS))
 GPU_BINARIES = $(addprefix $(GPU_BIN)/,train_gpt_cuda test_xsa_cuda bench_fwdbwd_cuda train_gpt_cpu test_xsa_cpu \
                $(notdir $(CUDA_CHECKS)))
 gpu_binaries: $(GPU_BINARIES)
-	cat Makefile *.cu *.cuh *.cpp llmc/* dev/cuda/*.cu dev/cuda/*.cuh dev/bench/*.cu | sha256sum | cut -c1-16 > $(GPU_BIN)/SOURCES
+	sh dev/gpu_sources_hash.sh > $(GPU_BIN)/SOURCES
 	@echo "gpu_binaries: $(GPU_BIN) ($$(du -sh $(GPU_BIN) | cut -f1)), sources $$(cat $(GPU_BIN)/SOURCES)"
 $(GPU_BIN)/train_gpt_cuda: train_gpt.cu $(HEADERS)
 	@mkdir -p $(GPU_BIN)

@@ -49,7 +49,7 @@ if [ -z "$gpu" ] && [ -z "${GPU_CHECK_NO_GPU_OK:-}" ]; then
 fi
 
 # ---- binaries: prebuilt if they are of these sources and start, else built here
-sources_hash() { cat Makefile *.cu *.cuh *.cpp llmc/* dev/cuda/*.cu dev/cuda/*.cuh dev/bench/*.cu 2>/dev/null | sha256sum | cut -c1-16; }
+sources_hash() { sh dev/gpu_sources_hash.sh; }
 install_prebuilt() {
     [ -f "$BIN/SOURCES" ] || { echo "no prebuilt binaries in $BIN (make gpu_binaries builds them)"; return 1; }
     [ "$(cat "$BIN/SOURCES")" = "$(sources_hash)" ] || { echo "$BIN was built from other sources ($(cat "$BIN/SOURCES") != $(sources_hash))"; return 1; }
