@@ -16,6 +16,9 @@
 # With the device tool, carry the prebuilt binaries (make gpu_binaries, then carry ["build/gpu"]) and run
 #   bash dev/gpu_check.sh        (OUT is set by the tool; elsewhere OUT=/tmp/gpu_check)
 # Knobs: BUDGET, ITERS (benchmark iterations, 10), D12_BATCH / D24_BATCH (32), GPU_CHECK_BIN (build/gpu).
+# The CPU emulator's dry run of this script (dev/cuda/emu/run.sh gpu_check) sets GPU_CHECK_NO_GPU_OK=1 (go on
+# without nvidia-smi), GPU_CHECK_SKIP_BUILD=1 (the binaries are in place) and GPU_CHECK_TINY=1 (tiny models
+# for the training and benchmark stages).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-/tmp/gpu_check}
@@ -66,7 +69,9 @@ install_prebuilt() {
     touch train_gpt_cuda test_xsa_cuda train_gpt_cpu test_xsa_cpu dev/bench/bench_fwdbwd_cuda dev/cuda/bin/*  # newer than the sources: make keeps them
     echo "installed the prebuilt binaries of $BIN (sources $(cat "$BIN/SOURCES"))"
 }
-if ! stage binaries_prebuilt 30 bash -c "BIN=$BIN; $(declare -f sources_hash install_prebuilt); install_prebuilt"; then
+if [ -n "${GPU_CHECK_SKIP_BUILD:-}" ]; then
+    note binaries "SKIPPED: GPU_CHECK_SKIP_BUILD (the binaries are in place)"
+elif ! stage binaries_prebuilt 30 bash -c "BIN=$BIN; $(declare -f sources_hash install_prebuilt); install_prebuilt"; then
     stage build 300 make -j"$JOBS" cuda_targets train_gpt_cpu test_xsa_cpu
 fi
 
@@ -74,8 +79,9 @@ fi
 for h in attention matmul loss elementwise optim; do
     case $h in
         attention) args="--no-timing --quiet"; cap=120 ;;
+        elementwise) args="--reps 1 --time 0"; cap=45 ;;
         optim) args="1"; cap=60 ;;
-        *) args="1"; cap=45 ;;
+        *) args="1"; cap=45 ;;  # loss, matmul: 1 timed repeat
     esac
     stage "harness_$h" $cap env XSA_CUDA_SYNC=1 dev/cuda/bin/${h}_check $args
 done
@@ -90,6 +96,7 @@ stage test_xsa_cuda 180 ./test_xsa_cuda
 TWIN=$(mktemp -d)/twin.safetensors  # 57 MB: not in the archive
 stage model_twin 90 bash -c "./test_xsa_cpu --twin-write $TWIN && XSA_CUDA_SYNC=1 ./test_xsa_cuda --twin-check $TWIN"
 TRAIN="-d 4 -t 256 -b 4 -B 4096 -n 4 --eval-every 4 --eval-tokens 8192 --sample-every -1 --core-every -1 -x learn"
+[ -n "${GPU_CHECK_TINY:-}" ] && TRAIN="-d 1 --dim 64 --heads 1 -t 64 -b 2 -B 256 -n 2 --eval-every 2 --eval-tokens 512 --sample-every -1 --core-every -1 -x learn"
 stage train_d4_learn 60 env XSA_CUDA_SYNC=1 ./train_gpt_cuda $TRAIN
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c GPU)
 if [ "$gpus" -ge 2 ]; then
@@ -112,6 +119,11 @@ bench() {  # name cap, then bench_fwdbwd_cuda's arguments
 }
 D24="24 1024 16 16 64 2048 32768 $D24_BATCH SSSL 512"
 D12="12 768 12 12 64 2048 32768 $D12_BATCH SSSL 512"
+if [ -n "${GPU_CHECK_TINY:-}" ]; then
+    D24="2 128 2 2 64 128 512 2 SSSL 64"
+    D12="1 64 1 1 64 64 512 2 SSSL 32"
+    ITERS=2
+fi
 bench d24_base 90 $D24 0 "$ITERS" 1
 bench d24_xsa_fused 90 $D24 1 "$ITERS" 1
 bench d12_base 60 $D12 0 "$ITERS" 1
@@ -123,6 +135,7 @@ if stage phases_d24_xsa 90 dev/bench/bench_fwdbwd_cuda $D24 1 5 1 1 1; then
 fi
 for h in attention matmul; do  # the kernels' own timings at the real shapes (no XSA_CUDA_SYNC)
     case $h in attention) args="";; *) args="5";; esac
+    [ -n "${GPU_CHECK_TINY:-}" ] && args="${args/5/1}"
     stage "timing_$h" 90 dev/cuda/bin/${h}_check $args
 done
 gpu_stage_flush

@@ -3,7 +3,7 @@
 # working tree (tracked and untracked, not ignored) into a temporary directory, transforms and patches
 # the copy, builds with g++ and runs the targets; exits non-zero if any check fails or the emulator,
 # ASan or UBSan reports a hazard.
-#   targets: selftest elementwise loss matmul optim attention test_xsa train train_ranks, or all (default: selftest)
+#   targets: selftest elementwise loss matmul optim attention test_xsa train train_ranks gpu_check, or all (default: selftest)
 #   EMU_ASAN=1   build the targets with ASan+UBSan (the self-test always is)
 #   EMU_KEEP=1   keep the temporary directory (sources, binaries, one log per target)
 set -u
@@ -15,7 +15,7 @@ targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(selftest)
 [ "${targets[*]}" = all ] && targets=(selftest elementwise loss matmul optim attention test_xsa train train_ranks)
 for t in "${targets[@]}"; do
-    case $t in selftest|elementwise|loss|matmul|optim|attention|test_xsa|train|train_ranks) ;; *) echo "run.sh: unknown target $t"; exit 2 ;; esac
+    case $t in selftest|elementwise|loss|matmul|optim|attention|test_xsa|train|train_ranks|gpu_check) ;; *) echo "run.sh: unknown target $t"; exit 2 ;; esac
 done
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/xsa_emu.XXXXXX")
@@ -125,6 +125,38 @@ sys.exit(0 if ok else 1)
 PY
 }
 
+# dev/gpu_check.sh's whole path on the emulated binaries, in its tiny configuration: every stage must have
+# its row, run its command and end PASS or at its cap (the emulator is a million times slower than a GPU:
+# the long stages hit their caps), none FAIL; the summary and the log archive must be there
+gpu_check() {
+    local h
+    build train_gpt_cuda train_gpt.cu $target_flags && build test_xsa_cuda test_xsa.cu $target_flags &&
+        build bench_fwdbwd_cuda dev/bench/bench_fwdbwd.cu $target_flags || return 1
+    for h in attention matmul loss elementwise optim; do build "${h}_check" "dev/cuda/${h}_check.cu" $target_flags || return 1; done
+    (cd "$work/src" && g++ -O3 -march=native -std=c++17 -fopenmp -x c++ train_gpt.cu -o train_gpt_cpu &&
+        g++ -O3 -march=native -std=c++17 -fopenmp -Wno-unused-function -x c++ test_xsa.cu -o test_xsa_cpu) || return 1
+    mkdir -p "$work/src/dev/cuda/bin" "$work/src/dev/bench"
+    cp "$work/bin/train_gpt_cuda" "$work/bin/test_xsa_cuda" "$work/src/" && cp "$work/bin/"*_check "$work/src/dev/cuda/bin/" &&
+        cp "$work/bin/bench_fwdbwd_cuda" "$work/src/dev/bench/" || return 1
+    (cd "$work/src" && GPU_CHECK_NO_GPU_OK=1 GPU_CHECK_SKIP_BUILD=1 GPU_CHECK_TINY=1 BUDGET=${EMU_GPU_CHECK_BUDGET:-1500} \
+        OUT="$work/gpu_check" bash dev/gpu_check.sh) || return 1
+    python3 - "$work/gpu_check" <<'PY'
+import os, sys, tarfile
+out = sys.argv[1]
+rows = {l.split('|')[1].strip(): l.split('|')[2].strip() for l in open(os.path.join(out, 'summary.md')) if l.startswith('| ') and not l.startswith('| stage')}
+want = ['env', 'device', 'binaries', 'harness_attention', 'harness_matmul', 'harness_loss', 'harness_elementwise', 'harness_optim',
+        'sanitizers', 'test_xsa_cuda', 'model_twin', 'train_d4_learn', 'bench_d24_base', 'bench_d24_xsa_fused', 'bench_d12_base',
+        'bench_d12_xsa_fused', 'bench_d24_xsa_unfused', 'phases_d24_xsa', 'timing_attention', 'timing_matmul']
+bad = [s for s in want if s not in rows or rows[s].startswith(('FAIL', 'SKIPPED: the'))]
+for s in want:
+    print('%-22s %s' % (s, rows.get(s, 'MISSING')[:110]))
+archive = tarfile.open(os.path.join(out, 'gpu_check_logs.tar.gz')).getnames()
+bad += [] if any(n.endswith('harness_attention.log') for n in archive) else ['the archive']
+print('%d passed, %d failed' % (len(want) + 1 - len(bad), len(bad)))
+sys.exit(1 if bad else 0)
+PY
+}
+
 run_target() {
     case $1 in
     selftest) selftest ;;
@@ -134,6 +166,7 @@ run_target() {
     test_xsa) test_xsa ;;
     train) train ;;
     train_ranks) train_ranks ;;
+    gpu_check) gpu_check ;;
     esac
 }
 
