@@ -41,7 +41,7 @@ env_report() {
     uname -a
     grep -m1 "model name" /proc/cpuinfo
     echo "cpu flags for x86-64-v3: $(grep -m1 -o -w -e avx2 -e bmi2 -e fma -e movbe /proc/cpuinfo | sort -u | tr '\n' ' ')"
-    nproc
+    echo "$(nproc) CPUs; driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1); $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo 'no nvcc')"
 }
 stage env 30 bash -c "$(declare -f env_report); env_report"
 gpu=$(nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total,clocks.max.sm,power.limit,mig.mode.current,ecc.mode.current --format=csv,noheader 2>/dev/null | head -n 1)
