@@ -104,10 +104,6 @@ if [ "$gpus" -ge 2 ]; then
 fi
 
 # ---- benchmarks: bench_fwdbwd_cuda LAYERS DIM HEADS KV HEAD_DIM T VOCAB BATCH PATTERN SHORT ALPHA ITERS FUSED [GRAPHS [PHASES]]
-echo "benchmark: T 2048, vocab 32768, SSSL windows; a training step as train_gpt runs it (micro-steps of BATCH x 2048, then the optimizer), medians over $ITERS iterations" > "$BENCH_TABLE"
-echo >> "$BENCH_TABLE"
-echo "| config | tok/s | MFU | mem GiB | micro-step ms | optimizer ms |" >> "$BENCH_TABLE"
-echo "|---|---|---|---|---|---|" >> "$BENCH_TABLE"
 bench() {  # name cap, then bench_fwdbwd_cuda's arguments
     local name=$1 cap=$2
     shift 2
@@ -124,6 +120,11 @@ if [ -n "${GPU_CHECK_TINY:-}" ]; then
     D12="1 64 1 1 64 64 512 2 SSSL 32"
     ITERS=2
 fi
+{ echo "benchmark (bench_fwdbwd_cuda; d24 = $D24, d12 = $D12: layers dim heads kv head_dim T vocab rows pattern short window):"
+  echo "a training step as train_gpt runs it (micro-steps of the rows x T, then the optimizer), medians over $ITERS iterations"
+  echo
+  echo "| config | tok/s | MFU | mem GiB | micro-step ms | optimizer ms |"
+  echo "|---|---|---|---|---|---|"; } > "$BENCH_TABLE"
 bench d24_base 90 $D24 0 "$ITERS" 1
 bench d24_xsa_fused 90 $D24 1 "$ITERS" 1
 bench d12_base 60 $D12 0 "$ITERS" 1
