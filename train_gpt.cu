@@ -512,11 +512,14 @@ static bool plan_fits(double bytes, double available) {
 
 // The micro-batch rows when -b is not given: the largest of 32 (nanochat's device batch), 16, .., 1 on
 // CUDA, of 4, 2, 1 on the CPU, that divides the total batch and whose memory plan fits (plan_fits). The
-// plan counts XSA's buffers on every layer whether XSA is on or not, so a baseline and its XSA run get the
-// same rows, hence the same data order and validation set. Otherwise 1 (which check_memory may refuse).
+// plan counts XSA's buffers (a learnable alpha's too) on every layer whether XSA is on or not, so a baseline
+// and its XSA runs get the same rows, hence the same data order and validation set. Otherwise 1 (which
+// check_memory may refuse).
 static int default_batch(const GPTConfig& c, long total_batch, double available) {
     GPTConfig with_xsa = c;
     with_xsa.xsa_layer.assign(c.n_layer, true);
+    with_xsa.xsa_learnable = true;
+    with_xsa.xsa_alpha = 0.0f;
     for (int B = sizeof(floatX) == sizeof(float) ? 4 : 32; B > 1; B /= 2)
         if (total_batch % ((long)B * c.seq_len) == 0 && plan_fits(memory_plan(with_xsa, B).total(), available)) return B;
     return 1;

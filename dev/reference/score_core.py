@@ -127,6 +127,7 @@ def load_model(path, dtype):
                  seq_len=int(meta["seq_len"]), window_pattern=meta["window_pattern"],
                  short_window=int(meta["short_window"]), value_embeds=meta["value_embeds"] == "1",
                  smear=meta["smear"] == "1", xsa_alpha=float(meta["xsa_alpha"]),
+                 xsa_learnable=meta.get("xsa_learnable", "0") == "1",  # absent in files from before -x learn
                  xsa_layers=[int(x) for x in layers], softcap=float(meta.get("softcap", "15")))
     model = GPT(cfg, dtype=dtype)
     names = dict(model.named_parameters())
