@@ -47,6 +47,15 @@ else
 	cp train_gpt_cpu train_gpt
 endif
 
+# Talking to a trained model (README.md#talk-to-the-model): sample continues a text, chat holds a
+# conversation; both with the backend of this machine, as train_gpt.
+sample chat: %: %.cpp train_gpt.cu $(HEADERS)
+ifeq ($(HAS_GPU),1)
+	$(NVCC) $(NVCCFLAGS) $(NVCC_LIBFLAGS) -x cu $< -o $@ $(CUDA_LIBS)
+else
+	$(CXX) $(CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) -x c++ $< -o $@
+endif
+
 train_gpt_cpu: train_gpt.cu $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(OMPFLAGS) -x c++ train_gpt.cu -o $@
 
@@ -64,6 +73,11 @@ eval_core_cuda: eval_core.cpp train_gpt.cu $(HEADERS)
 
 test_xsa_cuda: test_xsa.cu train_gpt.cu $(HEADERS)
 	$(NVCC) $(NVCCFLAGS) $(NVCC_LIBFLAGS) -x cu test_xsa.cu -o $@ $(CUDA_LIBS)
+
+# text -> token ids with llmc/tokenizer.h's encoder, for its tests (dev/data/test_encoder.py) and benchmark
+dev/data/bin/tokenize: dev/data/tokenize.cpp $(HEADERS)
+	@mkdir -p dev/data/bin
+	$(CXX) $(CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) -I. $< -o $@
 
 # the kernel harnesses: each CUDA op against its CPU twin on random inputs, with timings (GPU only)
 dev/cuda/bin/%: dev/cuda/%.cu dev/cuda/check_util.cuh $(HEADERS)
@@ -111,7 +125,7 @@ $(GPU_BIN)/test_xsa_cpu: test_xsa.cu train_gpt.cu $(HEADERS)
 # The suites, one PASS/FAIL/SKIP line per check, a subtotal per suite and one closing line
 # "N passed, N failed[, N skipped]" over all of them (dev/test/run_tests.py): ./test_xsa_cpu (the
 # numerics), dev/test/test_e2e.py (the binaries end to end) and the Python tools' tests (dev/**/test_*.py).
-test: test_xsa_cpu train_gpt_cpu eval_core
+test: test_xsa_cpu train_gpt_cpu eval_core sample chat dev/data/bin/tokenize
 	$(PYTHON) dev/test/run_tests.py
 
 # test's suites, plus: every CUDA target compiled where nvcc exists (cuda_targets, one check), and
@@ -119,7 +133,7 @@ test: test_xsa_cpu train_gpt_cpu eval_core
 # (emu_test's targets, one check each; the real CUDA tests: dev/gpu_check.sh on a GPU machine).
 # (CUDA_COMPILE is not written as $(MAKE) in the recipe: that would make `make -n test-all` run the tests.)
 CUDA_COMPILE = $(MAKE) --no-print-directory cuda_targets
-test-all: test_xsa_cpu train_gpt_cpu eval_core
+test-all: test_xsa_cpu train_gpt_cpu eval_core sample chat dev/data/bin/tokenize
 	$(PYTHON) dev/test/run_tests.py $(if $(HAS_NVCC),--compile '$(CUDA_COMPILE)') \
 	    $(if $(and $(HAS_GPU),$(HAS_NVCC)),--cuda ./test_xsa_cuda,--emu '$(EMU_TEST_TARGETS)')
 
@@ -131,8 +145,8 @@ bench: dev/bench/bench_fwdbwd
 	bash dev/bench/cpu_vs_torch.sh
 
 clean:
-	rm -rf train_gpt train_gpt_cpu train_gpt_cuda eval_core eval_core_cuda test_xsa_cpu test_xsa_cuda \
-	       dev/bench/bench_fwdbwd dev/bench/bench_fwdbwd_cuda dev/cuda/bin dev/fuzz/bin dev/fuzz/artifacts build/sanitize
+	rm -rf train_gpt train_gpt_cpu train_gpt_cuda eval_core eval_core_cuda test_xsa_cpu test_xsa_cuda sample chat \
+	       dev/bench/bench_fwdbwd dev/bench/bench_fwdbwd_cuda dev/cuda/bin dev/fuzz/bin dev/fuzz/artifacts build/sanitize dev/data/bin
 
 # The CUDA code on the CPU emulator (dev/cuda/emu/README.md), no GPU needed: the emulator's self-test and
 # the quickest kernel harnesses, about 5 minutes on two cores (selftest 20 s, loss 65 s, elementwise 185 s,
@@ -144,11 +158,12 @@ emu_test:
 
 # ----------------------------------------------------------------------------------------------------
 # Fuzzing (dev/fuzz/README.md): one libFuzzer harness per parser of an input file (token shard, tokenizer,
-# safetensors, checkpoint metadata + load_checkpoint, data-loader state, CORE task file), built with clang,
+# safetensors, checkpoint metadata + load_checkpoint, data-loader state, CORE task file) and one for the
+# text encoder, built with clang,
 # ASan and UBSan and -DXSA_FUZZ (fail() throws, so a rejected input is not a crash). make fuzz runs each
 # for FUZZ_SECONDS (default 60) on its seeds (dev/fuzz/corpus/) and fails on any finding, printing per
 # harness the executions per second and libFuzzer's cov:/ft: numbers. Needs clang with compiler-rt and
-# libomp (Debian: apt-get install clang libomp-dev). CI: FUZZ_SECONDS=60 (6 harnesses: 2 min of builds, 6 of runs).
+# libomp (Debian: apt-get install clang libomp-dev). CI: FUZZ_SECONDS=60 (7 harnesses: 2 min of builds, 7 of runs).
 FUZZ_CXX ?= clang++
 FUZZ_SECONDS ?= 60
 FUZZ_CXXFLAGS = -std=c++17 -g -O1 -DXSA_FUZZ -I. -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
@@ -170,7 +185,7 @@ fuzz-seeds: fuzz-build
 	$(PYTHON) dev/fuzz/make_seeds.py
 
 # ----------------------------------------------------------------------------------------------------
-# The C++ suite and the binaries' end-to-end tests (dev/test/test_*.py) on builds with AddressSanitizer
+# The C++ suite and the binaries' end-to-end tests (dev/test/test_*.py, dev/data/test_encoder.py) on builds with AddressSanitizer
 # and UndefinedBehaviorSanitizer (any report is fatal), in build/sanitize/ so that the normal binaries stay
 # as they are. The tests find the binaries through XSA_BIN_DIR; every report also goes to
 # build/sanitize/reports/, which must stay empty (one more check). Ends with "N passed, N failed". About 1 minute
@@ -178,7 +193,8 @@ fuzz-seeds: fuzz-build
 SAN_DIR = build/sanitize
 SANFLAGS = -O2 -g -march=native -std=c++17 -Wall -Wextra -Werror -fno-omit-frame-pointer \
            -fsanitize=address,undefined -fno-sanitize-recover=undefined
-SAN_BINS = $(SAN_DIR)/train_gpt_cpu $(SAN_DIR)/eval_core $(SAN_DIR)/test_xsa_cpu
+SAN_BINS = $(SAN_DIR)/train_gpt_cpu $(SAN_DIR)/eval_core $(SAN_DIR)/test_xsa_cpu $(SAN_DIR)/sample $(SAN_DIR)/chat \
+           $(SAN_DIR)/dev/data/bin/tokenize
 # exitcode 86: a report is never mistaken for a rejected input (exit 1); leaks are not checked (fail()
 # exits with live allocations by design, and libgomp keeps its own)
 SAN_ENV = XSA_BIN_DIR=$(SAN_DIR) \
@@ -193,10 +209,20 @@ $(SAN_DIR)/eval_core: eval_core.cpp train_gpt.cu $(HEADERS)
 	@mkdir -p $(SAN_DIR)
 	$(CXX) $(SANFLAGS) $(LIBFLAGS) $(OMPFLAGS) eval_core.cpp -o $@
 
+$(SAN_DIR)/sample $(SAN_DIR)/chat: $(SAN_DIR)/%: %.cpp train_gpt.cu $(HEADERS)
+	@mkdir -p $(SAN_DIR)
+	$(CXX) $(SANFLAGS) $(LIBFLAGS) $(OMPFLAGS) -x c++ $< -o $@
+
 $(SAN_DIR)/test_xsa_cpu: test_xsa.cu train_gpt.cu $(HEADERS)
 	@mkdir -p $(SAN_DIR)
 	$(CXX) $(SANFLAGS) $(LIBFLAGS) $(OMPFLAGS) -x c++ test_xsa.cu -o $@
 
+# (the path under SAN_DIR is the normal one, where the encoder's tests look with XSA_BIN_DIR set)
+$(SAN_DIR)/dev/data/bin/tokenize: dev/data/tokenize.cpp $(HEADERS)
+	@mkdir -p $(SAN_DIR)/dev/data/bin
+	$(CXX) $(SANFLAGS) $(LIBFLAGS) $(OMPFLAGS) -I. $< -o $@
+
 test-sanitize: $(SAN_BINS)
 	rm -rf $(SAN_DIR)/reports && mkdir -p $(SAN_DIR)/reports
-	$(SAN_ENV) $(PYTHON) dev/test/run_tests.py --cpp $(SAN_DIR)/test_xsa_cpu --python 'dev/test/test_*.py' --sanitizer-logs $(SAN_DIR)/reports
+	$(SAN_ENV) $(PYTHON) dev/test/run_tests.py --cpp $(SAN_DIR)/test_xsa_cpu --python 'dev/test/test_*.py' --python dev/data/test_encoder.py \
+	    --sanitizer-logs $(SAN_DIR)/reports

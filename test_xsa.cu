@@ -209,6 +209,104 @@ static GPTConfig twin_config() {
     return c;
 }
 
+// ----------------------------------------------------------------------------------------------------
+// Generation with the KV cache (both backends' suites): the logits of every generated position equal those
+// of a full forward over the same tokens, and greedy generation equals greedy decoding by full forwards.
+
+// GQA, smear, value embeddings, short windows (5) shorter than the sequences, a learnable XSA alpha on two
+// layers, and every parameter perturbed so that no branch is zero (nanochat zero-initialises projections).
+static void generation_model(GPT* model, uint64_t seed) {
+    GPTConfig c = tiny_config(101, 4, 128, 4, 64, 40, 5);  // head_dim 64: the CUDA attention's smallest
+    c.n_kv_head = 2;
+    c.xsa_layer = {false, true, true, false};
+    c.xsa_learnable = true;
+    gpt_build(model, c);
+    gpt_init_weights(model, seed);
+    Rng rng{seed + 1};
+    for (size_t i = 0; i < model->num_params; i++) model->params_host[i] += 0.05f * rng_normal(&rng);
+    gpt_params_to_backend(model);
+}
+
+// The softcapped logits (T, V) of a full forward over `tokens`
+static std::vector<float> full_forward_logits(GPT* model, const std::vector<int>& tokens) {
+    const int T = (int)tokens.size(), V = model->config.vocab_size;
+    gpt_forward(model, tokens.data(), nullptr, 1, T);
+    std::vector<float> logits((size_t)T * V);
+    for (int t = 0; t < T; t++) gpt_logits_row(model, t, logits.data() + (size_t)t * V);
+    return logits;
+}
+
+static void test_kv_cache_generation(const char* backend, double tol) {
+    GPT model;
+    generation_model(&model, 11);
+    const int V = model.config.vocab_size, S = model.config.seq_len;
+    // three rows of different lengths (BOS only, 6, 13 tokens), sampled at temperature 1 so that the
+    // continuations wander; the decode steps' logits kept
+    Rng prompt_rng{5};
+    std::vector<std::vector<int>> seqs = {{100}, {100}, {100}};
+    for (int t = 1; t < 6; t++) seqs[1].push_back((int)(rng_next_u64(&prompt_rng) % 100));
+    for (int t = 1; t < 13; t++) seqs[2].push_back((int)(rng_next_u64(&prompt_rng) % 100));
+    const std::vector<size_t> prompt_len = {seqs[0].size(), seqs[1].size(), seqs[2].size()};
+    const int B = 3, steps = 20;
+    KVCache kv;
+    kv_cache_init(&kv, &model, B, S);
+    std::vector<std::vector<float>> got(B);  // the logits that chose each row's tokens after its prompt
+    std::vector<float> row(V);
+    SamplingOptions sampling;
+    sampling.temperature = 1.0f;
+    Rng rng{9};
+    std::vector<int> next(B);
+    for (int b = 0; b < B; b++) {
+        gpt_prefill(&model, &kv, b, seqs[b].data(), (int)seqs[b].size());
+        gpt_logits_row(&model, seqs[b].size() - 1, row.data());
+        got[b].insert(got[b].end(), row.begin(), row.end());
+        seqs[b].push_back(next[b] = sample_token(row.data(), V, sampling, &rng));
+    }
+    for (int s = 0; s < steps; s++) {
+        gpt_decode_step(&model, &kv, next.data());
+        for (int b = 0; b < B; b++) {
+            gpt_logits_row(&model, b, row.data());
+            got[b].insert(got[b].end(), row.begin(), row.end());
+            seqs[b].push_back(next[b] = sample_token(row.data(), V, sampling, &rng));
+        }
+    }
+    kv_cache_free(&kv);
+    double worst = 0.0;
+    for (int b = 0; b < B; b++) {
+        seqs[b].pop_back();  // the last token was sampled, not run
+        const std::vector<float> full = full_forward_logits(&model, seqs[b]);
+        for (int i = 0; i <= steps; i++) {
+            const size_t pos = prompt_len[b] - 1 + i;
+            worst = std::max(worst, rel_l2(got[b].data() + (size_t)i * V, full.data() + pos * V, V));
+        }
+    }
+    check(worst <= tol, "%sKV-cache generation (3 rows of 1, 6, 13 prompt tokens, 21 tokens each, windows of 5, GQA, smear, VE, "
+          "learnable XSA): the logits of every generated position vs a full forward, worst rel L2 %.1e <= %.0e", backend, worst, tol);
+
+    // greedy: generate() against decoding by a full forward per token (first maximum on ties)
+    std::vector<std::vector<int>> prompts = {std::vector<int>(seqs[1].begin(), seqs[1].begin() + 6), std::vector<int>(seqs[2].begin(), seqs[2].begin() + 13)};
+    const std::vector<std::vector<int>> out = generate(&model, prompts, 16, SamplingOptions(), 0, {}, [](int, int) {});
+    bool same = true;
+    for (size_t b = 0; b < prompts.size(); b++) {
+        std::vector<int> tokens = prompts[b];
+        for (int i = 0; i < 16; i++) {
+            gpt_forward(&model, tokens.data(), nullptr, 1, (int)tokens.size());
+            tokens.push_back(gpt_argmax(&model, tokens.size() - 1));
+        }
+        same = same && std::vector<int>(tokens.begin() + prompts[b].size(), tokens.end()) == out[b];
+    }
+    check(same, "%sgreedy generation with the KV cache (2 rows, 16 tokens) = greedy decoding by full forwards", backend);
+
+    // stop tokens and the context: a row stops before its stop token, and at the cache's S = seq_len positions
+    const int first = out[0][0];
+    const std::vector<std::vector<int>> stopped = generate(&model, {prompts[0]}, 16, SamplingOptions(), 0, {first}, [](int, int) {});
+    const std::vector<std::vector<int>> full_ctx = generate(&model, {prompts[0]}, 100, SamplingOptions(), 0, {}, [](int, int) {});
+    check(stopped[0].empty() && (int)full_ctx[0].size() == S - 6,
+          "%sgeneration stops before a stop token (%zu tokens) and when the context of %d is full (%zu new tokens after 6)", backend, stopped[0].size(), S,
+          full_ctx[0].size());
+    gpt_free(&model);
+}
+
 #ifndef __CUDACC__  // the CPU backend's suite; the CUDA build's is at the end of the file
 
 static int twin_write(const std::string& path) {
@@ -1467,6 +1565,7 @@ int main(int argc, char** argv) {
     test_resume_bit_identical(true);
     test_bpb_by_hand();
     test_init_and_roundtrip();
+    test_kv_cache_generation("", 1e-5);
     test_layer_spec();
     test_default_short_window();
     test_ranks_step();
@@ -1714,6 +1813,7 @@ int main(int argc, char** argv) {
     for (const std::string& f : files)
         if (f.find("xsa") != std::string::npos) cuda_test_fused_matches_unfused(f);
     for (const std::string& f : files) cuda_test_graph_replay(f);
+    test_kv_cache_generation("CUDA ", 2 * CUDA_LOGITS_TOL);
     for (const std::string& f : files)
         check_diagnostics(f, "CUDA ", [](const SafetensorsFile& ref, const std::string& stat) { return cuda_tolerance(ref, "diag." + stat, CUDA_DIAG_TOL); });
     remove_tmp_dir();

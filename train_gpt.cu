@@ -574,6 +574,7 @@ struct GPT {
     float* step_sums = nullptr;      // (3) backend memory, one training step's: [0] the mean loss (summed by the micro-steps),
                                      // [1] the squared norm of the gradient, [2] that of the updated parameters (train_step)
     BackendGraph micro_step_graph;   // the training micro-step (forward, loss, backward) as a CUDA graph
+    std::string tokenizer_path, tokenizer_fingerprint;  // the tokenizer of its ids, if known (model_metadata)
 };
 
 static void gpt_build(GPT* model, const GPTConfig& config) {
@@ -713,16 +714,55 @@ static void gpt_load_weights(GPT* model, const SafetensorsFile& file) {
     gpt_params_to_backend(model);
 }
 
+// What a tokenizer maps ids to: every token's bytes and special flag (not the file's version or sample
+// prompts), hashed. Model files record it, so that sample and chat can check a tokenizer against them.
+static std::string tokenizer_fingerprint(const Tokenizer* tok) {
+    Fnv1a fnv;
+    for (int i = 0; i < tok->vocab_size; i++) {
+        const uint32_t n = (uint32_t)tok->pieces[i].size();
+        fnv.mix(&tok->special[i], 1);
+        fnv.mix(&n, sizeof n);
+        fnv.mix(tok->pieces[i].data(), n);
+    }
+    return fnv.hex();
+}
+
+// The metadata of the model's files (checkpoints and exports): its configuration and, when known, the
+// tokenizer its ids belong to (the path the run was given, and its fingerprint).
+static std::map<std::string, std::string> model_metadata(const GPT* model) {
+    std::map<std::string, std::string> meta = config_to_metadata(model->config);
+    if (!model->tokenizer_fingerprint.empty()) {
+        meta["tokenizer"] = model->tokenizer_path;
+        meta["tokenizer_fingerprint"] = model->tokenizer_fingerprint;
+    }
+    return meta;
+}
+
 // Writes every parameter under its nanochat name, with the configuration as metadata.
 static void gpt_save_weights(const GPT* model, const std::string& path) {
     gpt_params_to_host(model);
     check_weights_finite(model, ("for '" + path + "'").c_str());
     std::vector<SafeTensorOut> tensors;
     for (const ParamTensor& t : model->table) tensors.push_back({t.name, "F32", t.shape, model->params_host + t.offset});
-    safetensors_write(path, config_to_metadata(model->config), tensors);
+    safetensors_write(path, model_metadata(model), tensors);
 }
 
 static void gpt_zero_grad(GPT* model) { backend_zero(model->grads, model->num_params * sizeof(float)); }
+
+// The rotary tables (backend memory) for positions 0..T-1, grown when a longer sequence comes
+static void gpt_ensure_rope(GPT* model, int T) {
+    if (T <= model->rope_T) return;  // the tables for T positions serve every shorter sequence too
+    const int D = model->config.head_dim;
+    std::vector<float> cos_table((size_t)T * D / 2), sin_table((size_t)T * D / 2);
+    rotary_tables(cos_table.data(), sin_table.data(), T, D);
+    backend_free(model->rope_cos);
+    backend_free(model->rope_sin);
+    model->rope_cos = (float*)backend_malloc(cos_table.size() * sizeof(float), "rotary tables");
+    model->rope_sin = (float*)backend_malloc(sin_table.size() * sizeof(float), "rotary tables");
+    backend_upload(model->rope_cos, cos_table.data(), cos_table.size() * sizeof(float));
+    backend_upload(model->rope_sin, sin_table.data(), sin_table.size() * sizeof(float));
+    model->rope_T = T;
+}
 
 // Lays the activations out for a (B, T) batch, growing the allocation only when it is too small, so
 // that sampling (1 row) and evaluation reuse the training batch's memory.
@@ -747,17 +787,7 @@ static void gpt_ensure_acts(GPT* model, int B, int T) {
 #ifdef __CUDACC__
     backend_ensure_scratch(backend_scratch_floats((size_t)B * T, c.n_head, c.n_kv_head, c.head_dim));
 #endif
-    if (T > model->rope_T) {  // the tables for T positions serve every shorter sequence too
-        std::vector<float> cos_table((size_t)T * c.head_dim / 2), sin_table((size_t)T * c.head_dim / 2);
-        rotary_tables(cos_table.data(), sin_table.data(), T, c.head_dim);
-        backend_free(model->rope_cos);
-        backend_free(model->rope_sin);
-        model->rope_cos = (float*)backend_malloc(cos_table.size() * sizeof(float), "rotary tables");
-        model->rope_sin = (float*)backend_malloc(sin_table.size() * sizeof(float), "rotary tables");
-        backend_upload(model->rope_cos, cos_table.data(), cos_table.size() * sizeof(float));
-        backend_upload(model->rope_sin, sin_table.data(), sin_table.size() * sizeof(float));
-        model->rope_T = T;
-    }
+    gpt_ensure_rope(model, T);
 }
 
 // Makes idx (B, T) and targets (B, T; null for inference) the batch of the next forward: checks the ids,
@@ -784,6 +814,59 @@ static const float* layer_alpha(const GPT* model, int l) {
     return layer_has_xsa(model->config, l) ? model->xsa_alpha + (size_t)l * model->config.n_head : nullptr;
 }
 
+// The forward is written in three pieces that the generation's forward (gpt_decode_pass) shares: a layer's
+// attention inputs, a layer's attention output and MLP, and the head. Each works on the first N tokens of
+// the activations (acts), laid out for the batch set last.
+
+// Layer l up to attention: x_mix = the lambda mix of x and x0, h = norm(x_mix), q k v = h W^T, the value
+// embeddings mixed into v (VE layers). q, k before rotary.
+static void block_forward_qkv(GPT* model, int l, const floatX* x, size_t N) {
+    const GPTConfig& c = model->config;
+    Acts& a = model->acts;
+    const LayerWeights& lw = model->w.h[l];
+    LayerActs& la = a.layer[l];
+    const int C = c.n_embd, qd = c.n_head * c.head_dim, kvd = c.n_kv_head * c.head_dim;
+    auto mm = [&](const float* master) { return model->params_mm + (master - model->params); };  // a weight's matmul copy
+    backend_phase("forward: lambda mix, norm, q k v, value embeds, rotary + QK-norm");
+    lambda_mix_forward(la.x_mix, x, a.x0, &model->w.resid_lambdas[l], &model->w.x0_lambdas[l], N * C);
+    rmsnorm_forward(la.h, la.rstd1, la.x_mix, N, C, 1.0f);
+    matmul_forward(la.q, la.h, mm(lw.c_q), N, C, qd);
+    matmul_forward(la.k, la.h, mm(lw.c_k), N, C, kvd);
+    matmul_forward(la.v, la.h, mm(lw.c_v), N, C, kvd);
+    if (layer_has_ve(c, l)) value_embed_forward(la.v, la.ve_gate, la.h, lw.ve_gate, lw.value_embed, a.idx, N, C, c.n_kv_head, c.head_dim);
+}
+
+// Layer l after attention: x_attn = x_mix + z W_proj^T, then the MLP branch: x_out = x_attn + MLP(norm(x_attn)).
+static void block_forward_output_mlp(GPT* model, int l, size_t N) {
+    const GPTConfig& c = model->config;
+    const LayerWeights& lw = model->w.h[l];
+    LayerActs& la = model->acts.layer[l];
+    const int C = c.n_embd, qd = c.n_head * c.head_dim;
+    auto mm = [&](const float* master) { return model->params_mm + (master - model->params); };
+    backend_phase("forward: attention output projection");
+    matmul_forward_add(la.x_attn, la.z, mm(lw.c_proj), la.x_mix, N, qd, C);
+    backend_phase("forward: norm, MLP");
+    rmsnorm_forward(la.h2, la.rstd2, la.x_attn, N, C, 1.0f);
+    matmul_forward(la.fc, la.h2, mm(lw.c_fc), N, C, 4 * C);
+    relu2_forward(la.act, la.fc, N * 4 * C);
+    matmul_forward_add(la.x_out, la.act, mm(lw.mlp_proj), la.x_attn, N, 4 * C, C);
+}
+
+// After the last layer (its output x): backout, final norm, lm_head (only the first V rows: padded rows
+// never reach a logit), softcap, and with targets the loss.
+static void gpt_forward_head(GPT* model, const floatX* x, size_t N, bool with_targets) {
+    const GPTConfig& c = model->config;
+    Acts& a = model->acts;
+    const int C = c.n_embd, V = c.vocab_size;
+    backend_phase("forward: backout, norm, lm_head, loss");
+    backend_copy(a.x_backout, x, N * C * sizeof(floatX));
+    scaled_add(a.x_backout, model->w.backout_lambda, -1.0f, a.layer[c.n_layer / 2].x_out, N * C);
+    rmsnorm_forward(a.x_final, a.rstd_f, a.x_backout, N, C, 1.0f);
+    matmul_forward(a.logits, a.x_final, model->params_mm + (model->w.lm_head - model->params), N, C, V);
+    if (with_targets) softcap_crossentropy_forward(a.losses, a.logits, a.targets, N, V, SOFTCAP);
+    else softcap(a.logits, N * V, SOFTCAP);
+}
+
 // The forward of the batch set last, enqueued on the backend (no host work: a CUDA graph can hold it).
 // Leaves every activation the backward needs; with targets, the per-token losses in acts.losses and the
 // softcapped logits in acts.logits (B*T, V); without, the softcapped logits.
@@ -793,9 +876,7 @@ static void gpt_forward_pass(GPT* model, bool with_targets) {
     const Weights& w = model->w;
     const int B = model->B, T = model->T;
     const size_t N = (size_t)B * T;
-    const int C = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim, V = c.vocab_size;
-    const int qd = H * D, kvd = Hkv * D;
-    auto mm = [&](const float* master) { return model->params_mm + (master - model->params); };  // a weight's matmul copy
+    const int C = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim;
 
     // embedding, norm, smear (backend_phase: the benchmark's breakdown of the step; nothing otherwise)
     backend_phase("forward: embedding, norm, smear");
@@ -805,39 +886,16 @@ static void gpt_forward_pass(GPT* model, bool with_targets) {
 
     const floatX* x = a.x0;
     for (int l = 0; l < c.n_layer; l++) {
-        const LayerWeights& lw = w.h[l];
         LayerActs& la = a.layer[l];
-        backend_phase("forward: lambda mix, norm, q k v, value embeds, rotary + QK-norm");
-        lambda_mix_forward(la.x_mix, x, a.x0, &w.resid_lambdas[l], &w.x0_lambdas[l], N * C);
-        // attention branch
-        rmsnorm_forward(la.h, la.rstd1, la.x_mix, N, C, 1.0f);
-        matmul_forward(la.q, la.h, mm(lw.c_q), N, C, qd);
-        matmul_forward(la.k, la.h, mm(lw.c_k), N, C, kvd);
-        matmul_forward(la.v, la.h, mm(lw.c_v), N, C, kvd);
-        if (layer_has_ve(c, l)) value_embed_forward(la.v, la.ve_gate, la.h, lw.ve_gate, lw.value_embed, a.idx, N, C, Hkv, D);
+        block_forward_qkv(model, l, x, N);
         rotary_rmsnorm_forward(la.q, la.q_rstd, model->rope_cos, model->rope_sin, B, T, H, D, QK_SCALE);
         rotary_rmsnorm_forward(la.k, la.k_rstd, model->rope_cos, model->rope_sin, B, T, Hkv, D, QK_SCALE);
         backend_phase("forward: attention (+ XSA)");
         attention_xsa_forward(la.z, la.y, la.lse, la.q, la.k, la.v, B, T, H, Hkv, D, layer_window(c, l), layer_alpha(model, l));
-        backend_phase("forward: attention output projection");
-        matmul_forward_add(la.x_attn, la.z, mm(lw.c_proj), la.x_mix, N, qd, C);
-        // MLP branch
-        backend_phase("forward: norm, MLP");
-        rmsnorm_forward(la.h2, la.rstd2, la.x_attn, N, C, 1.0f);
-        matmul_forward(la.fc, la.h2, mm(lw.c_fc), N, C, 4 * C);
-        relu2_forward(la.act, la.fc, N * 4 * C);
-        matmul_forward_add(la.x_out, la.act, mm(lw.mlp_proj), la.x_attn, N, 4 * C, C);
+        block_forward_output_mlp(model, l, N);
         x = la.x_out;
     }
-
-    // backout, final norm, lm_head (only the first V rows: padded rows never reach a logit), softcap, loss
-    backend_phase("forward: backout, norm, lm_head, loss");
-    backend_copy(a.x_backout, x, N * C * sizeof(floatX));
-    scaled_add(a.x_backout, w.backout_lambda, -1.0f, a.layer[c.n_layer / 2].x_out, N * C);
-    rmsnorm_forward(a.x_final, a.rstd_f, a.x_backout, N, C, 1.0f);
-    matmul_forward(a.logits, a.x_final, mm(w.lm_head), N, C, V);
-    if (with_targets) softcap_crossentropy_forward(a.losses, a.logits, a.targets, N, V, SOFTCAP);
-    else softcap(a.logits, N * V, SOFTCAP);
+    gpt_forward_head(model, x, N, with_targets);
 }
 
 // Runs the model on idx (B, T): gpt_set_batch, then gpt_forward_pass. With targets, returns the mean loss
@@ -1297,6 +1355,280 @@ static void ranks_check_identical(GPT* model, int step) {
 }
 
 // ----------------------------------------------------------------------------------------------------
+// Generation (dev/docs/evaluation.md#generation): a KV cache per layer, the prompt's forward (prefill),
+// then one token per row at a time reading the earlier tokens from the cache (decode); sampling.
+
+// What the earlier tokens of each row leave for the next one: every layer's k (after rotary and QK-norm)
+// and v (after the value-embedding mix), and, for the smear, the previous token's normed embedding.
+// Windowed layers read only the last window + 1 positions of their cache. One backend allocation.
+struct KVCache {
+    int B = 0, S = 0;               // rows, and positions each row can hold (<= the model's seq_len)
+    std::vector<floatX*> k, v;      // per layer (B, S, Hkv, D)
+    floatX* smear_in = nullptr;     // (B, 2, C) smear only: [previous token's normed embedding, this token's]
+    floatX* smear_out = nullptr;    // (B, 2, C) smear_forward's output on those pairs
+    float* smear_logit = nullptr;   // (B, 2)
+    int* pos = nullptr;             // (B) backend memory: the position of each row's next token
+    std::vector<int> len;           // the same on the host: tokens in each row's cache
+    char* memory = nullptr;
+};
+
+static void kv_cache_carve(KVCache* kv, Carver* cv, const GPTConfig& c) {
+    const size_t rows = (size_t)kv->B * kv->S * c.n_kv_head * c.head_dim, pairs = (size_t)kv->B * 2;
+    kv->k.assign(c.n_layer, nullptr);
+    kv->v.assign(c.n_layer, nullptr);
+    for (int l = 0; l < c.n_layer; l++) {
+        kv->k[l] = cv->take<floatX>(rows);
+        kv->v[l] = cv->take<floatX>(rows);
+    }
+    kv->smear_in = cv->take<floatX>(pairs * c.n_embd);
+    kv->smear_out = cv->take<floatX>(pairs * c.n_embd);
+    kv->smear_logit = cv->take<float>(pairs);
+    kv->pos = cv->take<int>(kv->B);
+}
+
+// An empty cache of B rows of S positions (1 <= S <= seq_len: generation stays within the trained context)
+static void kv_cache_init(KVCache* kv, GPT* model, int B, int S) {
+    const GPTConfig& c = model->config;
+    if (B < 1 || S < 1 || S > c.seq_len) fail("KV cache of %d rows x %d positions: need >= 1 row and 1..%d positions (the model's seq_len)", B, S, c.seq_len);
+    *kv = KVCache();
+    kv->B = B;
+    kv->S = S;
+    kv->len.assign(B, 0);
+    Carver count{nullptr, 0};
+    kv_cache_carve(kv, &count, c);
+    kv->memory = (char*)backend_malloc(count.used, "KV cache");
+    Carver assign{kv->memory, 0};
+    kv_cache_carve(kv, &assign, c);
+    gpt_ensure_rope(model, S);
+}
+
+static void kv_cache_free(KVCache* kv) {
+    backend_free(kv->memory);
+    *kv = KVCache();
+}
+
+// Prefill: runs row `row`'s tokens (T of them, the row's whole sequence so far: a prompt, BOS first)
+// through the model as one sequence, and fills the row's cache with them. Leaves the logits of every
+// position in acts.logits (T, V).
+static void gpt_prefill(GPT* model, KVCache* kv, int row, const int* tokens, int T) {
+    const GPTConfig& c = model->config;
+    if (row < 0 || row >= kv->B || T < 1 || T > kv->S) fail("prefill of %d tokens into row %d of a %d x %d KV cache", T, row, kv->B, kv->S);
+    gpt_forward(model, tokens, nullptr, 1, T);
+    const size_t kvd = (size_t)c.n_kv_head * c.head_dim, row_start = (size_t)row * kv->S * kvd;
+    for (int l = 0; l < c.n_layer; l++) {
+        backend_copy(kv->k[l] + row_start, model->acts.layer[l].k, T * kvd * sizeof(floatX));
+        backend_copy(kv->v[l] + row_start, model->acts.layer[l].v, T * kvd * sizeof(floatX));
+    }
+    if (c.smear) backend_copy(kv->smear_in + (size_t)row * 2 * c.n_embd, model->acts.emb_norm + (size_t)(T - 1) * c.n_embd, c.n_embd * sizeof(floatX));
+    kv->len[row] = T;
+}
+
+// Decode: the forward of one new token per row (tokens (B), row b's at position kv->len[b]), reading the
+// earlier tokens from the cache and appending this one's to it. The ops and weights of gpt_forward_pass on
+// the same values; only the smear, the rotary and attention take the earlier tokens from the cache. Leaves
+// the softcapped logits (B, V) in acts.logits. Every row must have room for one more token.
+static void gpt_decode_step(GPT* model, KVCache* kv, const int* tokens) {
+    const GPTConfig& c = model->config;
+    const int B = kv->B, S = kv->S, C = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim;
+    const size_t qd = (size_t)H * D, kvd = (size_t)Hkv * D, half = D / 2;
+    for (int b = 0; b < B; b++)
+        if (kv->len[b] < 1 || kv->len[b] >= S) fail("decode step on row %d holding %d of %d positions (prefill it first; it must not be full)", b, kv->len[b], S);
+    gpt_set_batch(model, tokens, nullptr, B, 1);
+    backend_upload(kv->pos, kv->len.data(), B * sizeof(int));
+    Acts& a = model->acts;
+    const Weights& w = model->w;
+    embedding_forward(a.emb_norm, a.idx, w.wte, B, C);
+    rmsnorm_forward(a.emb_norm, a.emb_rstd, a.emb_norm, B, C, 1.0f);
+    if (c.smear) {  // the smear of each row's pair (previous token, this token); the pair's second output is x0
+        for (int b = 0; b < B; b++) backend_copy(kv->smear_in + ((size_t)2 * b + 1) * C, a.emb_norm + (size_t)b * C, C * sizeof(floatX));
+        smear_forward(kv->smear_out, kv->smear_logit, kv->smear_in, w.smear_gate, w.smear_lambda, B, 2, C);
+        for (int b = 0; b < B; b++) {
+            backend_copy(a.x0 + (size_t)b * C, kv->smear_out + ((size_t)2 * b + 1) * C, C * sizeof(floatX));
+            backend_copy(kv->smear_in + (size_t)2 * b * C, a.emb_norm + (size_t)b * C, C * sizeof(floatX));  // the next step's previous token
+        }
+    }
+    const floatX* x = a.x0;
+    for (int l = 0; l < c.n_layer; l++) {
+        LayerActs& la = a.layer[l];
+        block_forward_qkv(model, l, x, B);
+        for (int b = 0; b < B; b++) {  // rotary at each row's own position: the tables from that position on
+            const size_t p = (size_t)kv->len[b];
+            rotary_rmsnorm_forward(la.q + b * qd, la.q_rstd + (size_t)b * H, model->rope_cos + p * half, model->rope_sin + p * half, 1, 1, H, D, QK_SCALE);
+            rotary_rmsnorm_forward(la.k + b * kvd, la.k_rstd + (size_t)b * Hkv, model->rope_cos + p * half, model->rope_sin + p * half, 1, 1, Hkv, D,
+                                   QK_SCALE);
+            backend_copy(kv->k[l] + ((size_t)b * S + p) * kvd, la.k + b * kvd, kvd * sizeof(floatX));
+            backend_copy(kv->v[l] + ((size_t)b * S + p) * kvd, la.v + b * kvd, kvd * sizeof(floatX));
+        }
+        attention_decode_xsa_forward(la.z, la.y, la.q, kv->k[l], kv->v[l], la.v, kv->pos, B, S, H, Hkv, D, layer_window(c, l), layer_alpha(model, l));
+        block_forward_output_mlp(model, l, B);
+        x = la.x_out;
+    }
+    gpt_forward_head(model, x, B, false);
+    for (int b = 0; b < B; b++) kv->len[b]++;
+}
+
+// Row `row` of the last forward's softcapped logits, as floats on the host (V of them)
+static void gpt_logits_row(const GPT* model, size_t row, float* out) {
+    const int V = model->config.vocab_size;
+    std::vector<floatX> logits(V);
+    backend_download(logits.data(), model->acts.logits + row * V, V * sizeof(floatX));
+    for (int v = 0; v < V; v++) out[v] = (float)logits[v];
+}
+
+struct SamplingOptions {
+    float temperature = 0.0f;  // 0: greedy (the first maximum on ties)
+    int top_k = 0;             // sample among the k most likely tokens; 0: all
+};
+
+// A token drawn from logits (V): greedy at temperature 0, else from softmax(logits / temperature)
+// restricted to the top_k largest (ties at the k-th value: the lower ids), with one uniform draw of rng.
+static int sample_token(const float* logits, int V, const SamplingOptions& opt, Rng* rng) {
+    if (opt.temperature <= 0.0f) return (int)(std::max_element(logits, logits + V) - logits);
+    std::vector<int> ids(V);
+    for (int v = 0; v < V; v++) ids[v] = v;
+    const int k = opt.top_k > 0 && opt.top_k < V ? opt.top_k : V;
+    auto higher = [&](int x, int y) { return logits[x] > logits[y] || (logits[x] == logits[y] && x < y); };
+    if (k < V) std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), higher);
+    double max_logit = -INFINITY, total = 0.0;
+    for (int i = 0; i < k; i++) max_logit = std::max(max_logit, (double)logits[ids[i]]);
+    std::vector<double> weight(k);
+    for (int i = 0; i < k; i++) total += weight[i] = exp(((double)logits[ids[i]] - max_logit) / opt.temperature);
+    double u = (double)rng_uniform(rng) * total;
+    for (int i = 0; i < k; i++) {
+        if (u < weight[i]) return ids[i];
+        u -= weight[i];
+    }
+    return ids[k - 1];  // u landed on the rounding error at the top
+}
+
+// Continues each prompt (BOS first, shorter than seq_len; all rows at once after their prefills) until it
+// produces a token of `stop`, or max_new tokens, or prompt + new tokens fill the context (seq_len).
+// Returns the new tokens of each row (a stop token not included); on_token(row, token), if given, sees
+// each as it is produced. Row b draws from its own RNG stream (seed + b), so a row's output does not
+// depend on the others.
+struct GenerateStats {
+    long prefill_tokens = 0, decode_steps = 0;  // prompt tokens run; decode steps (each runs one token per row)
+    double prefill_ms = 0.0, decode_ms = 0.0;   // wall time of each, including the logits' download
+};
+
+template <typename OnToken>
+static std::vector<std::vector<int>> generate(GPT* model, const std::vector<std::vector<int>>& prompts, int max_new,
+                                              const SamplingOptions& opt, uint64_t seed, const std::vector<int>& stop, OnToken on_token,
+                                              GenerateStats* stats = nullptr) {
+    GenerateStats local;
+    GenerateStats& st = stats ? *stats : local;
+    const int B = (int)prompts.size(), V = model->config.vocab_size;
+    if (B == 0) return {};
+    size_t longest = 0;
+    for (const std::vector<int>& p : prompts) longest = std::max(longest, p.size());
+    const int S = (int)std::min<size_t>(longest + (size_t)std::max(max_new, 0), model->config.seq_len);
+    KVCache kv;
+    kv_cache_init(&kv, model, B, std::max(S, 1));
+    std::vector<std::vector<int>> out(B);
+    std::vector<int> next(B);
+    std::vector<char> done(B, 0);
+    std::vector<Rng> rng(B);
+    std::vector<float> logits(V);
+    auto take = [&](int b) {  // the logits of row b are in `logits`: draw its next token
+        next[b] = sample_token(logits.data(), V, opt, &rng[b]);
+        if (std::find(stop.begin(), stop.end(), next[b]) != stop.end()) done[b] = 1;
+        else {
+            out[b].push_back(next[b]);
+            on_token(b, next[b]);
+        }
+        if ((int)out[b].size() >= max_new || kv.len[b] + 1 >= S) done[b] = 1;  // the sequence (len + the new token) fills S
+    };
+    for (int b = 0; b < B; b++) {
+        rng[b] = Rng{seed + (uint64_t)b};
+        if (prompts[b].empty() || (int)prompts[b].size() >= model->config.seq_len)
+            fail("prompt %zu has %zu tokens; it needs 1 to %d (the model's context of %d, less one for a new token)", (size_t)b, prompts[b].size(),
+                 model->config.seq_len - 1, model->config.seq_len);
+        if (max_new < 1) {
+            done[b] = 1;
+            continue;
+        }
+        const double t0 = wall_ms();
+        gpt_prefill(model, &kv, b, prompts[b].data(), (int)prompts[b].size());
+        gpt_logits_row(model, prompts[b].size() - 1, logits.data());  // (waits for the device)
+        st.prefill_ms += wall_ms() - t0;
+        st.prefill_tokens += (long)prompts[b].size();
+        take(b);
+    }
+    while (std::find(done.begin(), done.end(), 0) != done.end()) {
+        for (int b = 0; b < B; b++)
+            if (done[b] && kv.len[b] >= S) kv.len[b] = S - 1;  // a finished, full row keeps stepping (its output is ignored)
+        const double t0 = wall_ms();
+        gpt_decode_step(model, &kv, next.data());
+        for (int b = 0; b < B; b++) {
+            if (done[b]) continue;
+            gpt_logits_row(model, b, logits.data());
+            take(b);
+        }
+        st.decode_ms += wall_ms() - t0;
+        st.decode_steps++;
+    }
+    kv_cache_free(&kv);
+    return out;
+}
+
+// The command line sample and chat share: -e, --tokenizer, -n, -t, -k, -s (their defaults differ). This and
+// load_model_and_tokenizer serve sample.cpp and chat.cpp only ([[maybe_unused]] in train_gpt's own build).
+struct GenerationArgs {
+    std::string weights, tokenizer;  // -e, --tokenizer
+    int max_new = 128;               // -n
+    SamplingOptions sampling;        // -t, -k
+    uint64_t seed = 42;              // -s
+};
+
+// true if `flag` is one of the shared options (value parsed into a), false if the caller must handle it
+[[maybe_unused]] static bool parse_generation_flag(GenerationArgs* a, const std::string& flag, const char* value) {
+    if (flag == "-e") a->weights = value;
+    else if (flag == "--tokenizer") a->tokenizer = value;
+    else if (flag == "-n") a->max_new = parse_int32(flag.c_str(), value);
+    else if (flag == "-t") a->sampling.temperature = parse_float(flag.c_str(), value);
+    else if (flag == "-k") a->sampling.top_k = parse_int32(flag.c_str(), value);
+    else if (flag == "-s") {
+        const long v = parse_int(flag.c_str(), value);
+        if (v < 0) fail("-s must be >= 0, got %ld", v);
+        a->seed = (uint64_t)v;
+    } else return false;
+    return true;
+}
+
+[[maybe_unused]] static void validate_generation_args(const GenerationArgs& a, const char* program) {
+    if (a.weights.empty()) fail("%s needs -e CHECKPOINT (see --help)", program);
+    if (a.max_new < 1) fail("-n must be >= 1, got %d", a.max_new);
+    if (!(a.sampling.temperature >= 0.0f && a.sampling.temperature <= 100.0f)) fail("-t must be in [0, 100], got %g", a.sampling.temperature);
+    if (a.sampling.top_k < 0) fail("-k must be >= 0, got %d", a.sampling.top_k);
+}
+
+// For sample and chat: the model in a checkpoint or export (`path`), and its tokenizer: `tokenizer_path` if
+// given, else the one the model's file names. The tokenizer must be the one the model was trained with
+// (same fingerprint; files written before fingerprints were recorded: the same vocabulary size).
+[[maybe_unused]] static void load_model_and_tokenizer(GPT* model, Tokenizer* tok, const std::string& path, std::string tokenizer_path) {
+    SafetensorsFile file = safetensors_read(path);
+    const bool recorded = file.metadata.count("tokenizer_fingerprint") > 0;
+    if (tokenizer_path.empty()) {
+        if (!recorded) fail("'%s' does not name its tokenizer (it was written before models recorded one); pass --tokenizer FILE", path.c_str());
+        tokenizer_path = file.meta("tokenizer");
+        if (access(tokenizer_path.c_str(), R_OK) != 0)
+            fail("'%s' was trained with the tokenizer '%s', which is not readable from here (%s); pass --tokenizer FILE", path.c_str(),
+                 tokenizer_path.c_str(), strerror(errno));
+    }
+    tokenizer_load(tok, tokenizer_path);
+    gpt_build(model, config_from_metadata(file));
+    if (tok->vocab_size != model->config.vocab_size)
+        fail("the tokenizer '%s' has %d tokens, the model in '%s' %d: not the model's tokenizer", tokenizer_path.c_str(), tok->vocab_size, path.c_str(),
+             model->config.vocab_size);
+    if (recorded && tokenizer_fingerprint(tok) != file.meta("tokenizer_fingerprint"))
+        fail("the tokenizer '%s' is not the one the model in '%s' was trained with ('%s': its tokens differ)", tokenizer_path.c_str(), path.c_str(),
+             file.meta("tokenizer").c_str());
+    gpt_load_weights(model, file);
+    model->tokenizer_path = tokenizer_path;
+    model->tokenizer_fingerprint = tokenizer_fingerprint(tok);
+}
+
+// ----------------------------------------------------------------------------------------------------
 // Evaluation: bits per byte, the XSA diagnostics, greedy samples, CORE (dev/docs/evaluation.md)
 
 // Adds one batch's per-token losses (nats) to the bpb sums. Targets that stand for no bytes (special
@@ -1422,24 +1754,13 @@ static int gpt_argmax(const GPT* model, size_t row) {
     return best;
 }
 
-// Greedy continuation of `prompt` (first maximum on ties), without a KV cache: each new token reruns
-// the forward on the whole sequence, which is fine for the few tokens sampled during training.
-static std::vector<int> generate_greedy(GPT* model, const std::vector<int>& prompt, int max_new) {
-    std::vector<int> tokens = prompt;
-    for (int i = 0; i < max_new && (int)tokens.size() < model->config.seq_len; i++) {
-        const int L = (int)tokens.size();
-        gpt_forward(model, tokens.data(), nullptr, 1, L);
-        tokens.push_back(gpt_argmax(model, (size_t)L - 1));
-    }
-    return tokens;
-}
-
 static void print_samples(GPT* model, const Tokenizer* tok, int step) {
     printf("samples at step %d (greedy, 16 tokens):\n", step);
-    for (const std::vector<int>& prompt : tok->prompts) {
-        std::vector<int> out = generate_greedy(model, prompt, 16);
-        std::string text = tokenizer_decode(tok, out.data() + 1, prompt.size() - 1);  // skip the BOS
-        std::string cont = tokenizer_decode(tok, out.data() + prompt.size(), out.size() - prompt.size());
+    const std::vector<std::vector<int>> out = generate(model, tok->prompts, 16, SamplingOptions(), 0, {}, [](int, int) {});
+    for (size_t p = 0; p < out.size(); p++) {
+        const std::vector<int>& prompt = tok->prompts[p];
+        std::string text = tokenizer_decode(tok, prompt.data() + 1, prompt.size() - 1);  // skip the BOS
+        std::string cont = tokenizer_decode(tok, out[p].data(), out[p].size());
         printf("  %s|%s\n", printable(text).c_str(), printable(cont).c_str());
     }
 }
@@ -1542,28 +1863,22 @@ struct LoopState {
 // together. A checkpoint records it, so that resuming on other data is an error rather than a silent
 // change of the data order.
 static std::string data_fingerprint(const DataLoader* dl) {
-    uint64_t h = 1469598103934665603ull;
-    auto mix = [&](const void* p, size_t n) {
-        for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t*)p)[i]) * 1099511628211ull;
-    };
+    Fnv1a fnv;
     for (const Shard& sh : dl->shards) {
         const size_t slash = sh.path.rfind('/');
         const std::string name = slash == std::string::npos ? sh.path : sh.path.substr(slash + 1);
-        mix(name.data(), name.size() + 1);
+        fnv.mix(name.data(), name.size() + 1);
         FILE* f = fopen_or_fail(sh.path.c_str(), "rb");
         uint8_t header[SHARD_HEADER_INTS * sizeof(int32_t)];
         const size_t got = fread(header, 1, sizeof header, f);
         fseek(f, 0, SEEK_END);
         const long size = ftell(f);
         fclose(f);
-        mix(header, got);
-        mix(&size, sizeof size);
+        fnv.mix(header, got);
+        fnv.mix(&size, sizeof size);
     }
-    char hex[17];
-    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
-    return hex;
+    return fnv.hex();
 }
-
 
 static std::map<std::string, std::string> optim_to_metadata(const OptimConfig& o) {
     auto num = [](double x) {
@@ -1604,7 +1919,7 @@ static std::string loader_state_name(int rank) { return rank == 0 ? "dataloader.
 static void save_checkpoint(const std::string& path, const GPT* model, const Optimizer* opt, const DataLoader* train, const LoopState& loop) {
     const std::vector<std::vector<int64_t>> loader_states = ranks_gather(dataloader_state(train));
     if (g_ranks.rank != 0) return;
-    std::map<std::string, std::string> meta = config_to_metadata(model->config);
+    std::map<std::string, std::string> meta = model_metadata(model);
     for (const auto& kv : optim_to_metadata(opt->config)) meta[kv.first] = kv.second;
     char buf[64];
     meta["format"] = CHECKPOINT_FORMAT;
@@ -2246,6 +2561,8 @@ static void run_setup_model(Run* run) {
     const GPTConfig& c = a.config;
     gpt_build(&run->model, c);
     gpt_init_weights(&run->model, a.seed);
+    run->model.tokenizer_path = a.tokenizer_path;
+    run->model.tokenizer_fingerprint = tokenizer_fingerprint(&run->tok);
     optimizer_init(&run->opt, &run->model, run->plan.optim);
     run->out_dir = !a.output_dir.empty() ? a.output_dir : a.resume_dir;
     if (!a.resume_dir.empty()) {

@@ -12,42 +12,73 @@
 // CPU backend (templated on the scalar type so the tests can check the backward by finite differences
 // in double precision; the model uses float)
 
+// One query row: yi (D) = softmax(scale qi . k_j) weighted sum of v_j over keys j0..i, where key j is
+// at kb + j * stride (and value j at vb + j * stride); scores (>= i + 1) is scratch. Returns the
+// softmax's log-sum-exp. Shared by the training forward and generation's forward over the KV cache.
+template <typename real>
+static inline real attention_row_cpu(real* yi, const real* qi, const real* kb, const real* vb, size_t stride, int j0, int i, int D,
+                                     real scale, real* scores) {
+    real row_max = -INFINITY;
+    for (int j = j0; j <= i; j++) {
+        real s = dot_lanes(qi, kb + (size_t)j * stride, D) * scale;
+        scores[j] = s;
+        row_max = s > row_max ? s : row_max;
+    }
+    real sum = 0;
+    for (int d = 0; d < D; d++) yi[d] = 0;
+    for (int j = j0; j <= i; j++) {
+        real p = std::exp(scores[j] - row_max);
+        sum += p;
+        const real* vj = vb + (size_t)j * stride;
+        for (int d = 0; d < D; d++) yi[d] += p * vj[d];
+    }
+    real inv_sum = 1 / sum;
+    for (int d = 0; d < D; d++) yi[d] *= inv_sum;
+    return row_max + std::log(sum);
+}
+
 // q (B, T, H, D), k, v (B, T, Hkv, D) -> y (B, T, H, D), lse (B, H, T)
 template <typename real>
 static inline void attention_forward_cpu(real* y, real* lse, const real* q, const real* k, const real* v,
                                          int B, int T, int H, int Hkv, int D, int window) {
     const real scale = (real)1 / std::sqrt((real)D);
     const int group = H / Hkv;
+    const size_t stride = (size_t)Hkv * D;  // from one position's k (v) to the next
 #pragma omp parallel
     {
         std::vector<real> scores(T);
 #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int h = 0; h < H; h++) {
-                int kvh = h / group;
+                const size_t kv_base = (size_t)b * T * stride + (size_t)(h / group) * D;
                 for (int i = 0; i < T; i++) {
-                    const real* qi = q + (((size_t)b * T + i) * H + h) * D;
-                    real* yi = y + (((size_t)b * T + i) * H + h) * D;
-                    int j0 = i - window > 0 ? i - window : 0;
-                    real row_max = -INFINITY;
-                    for (int j = j0; j <= i; j++) {
-                        const real* kj = k + (((size_t)b * T + j) * Hkv + kvh) * D;
-                        real s = dot_lanes(qi, kj, D) * scale;
-                        scores[j] = s;
-                        row_max = s > row_max ? s : row_max;
-                    }
-                    real sum = 0;
-                    for (int d = 0; d < D; d++) yi[d] = 0;
-                    for (int j = j0; j <= i; j++) {
-                        real p = std::exp(scores[j] - row_max);
-                        sum += p;
-                        const real* vj = v + (((size_t)b * T + j) * Hkv + kvh) * D;
-                        for (int d = 0; d < D; d++) yi[d] += p * vj[d];
-                    }
-                    real inv_sum = 1 / sum;
-                    for (int d = 0; d < D; d++) yi[d] *= inv_sum;
-                    lse[((size_t)b * H + h) * T + i] = row_max + std::log(sum);
+                    const size_t row = ((size_t)b * T + i) * H + h;
+                    lse[((size_t)b * H + h) * T + i] = attention_row_cpu(y + row * D, q + row * D, k + kv_base, v + kv_base, stride,
+                                                                         std::max(i - window, 0), i, D, scale, scores.data());
                 }
+            }
+    }
+}
+
+// Generation, one new token per row: q (B, H, D) of the tokens at positions pos[b] against the KV cache
+// k_cache, v_cache (B, S, Hkv, D), whose row b holds positions 0..pos[b] (the new token's own k and v
+// already written) -> y (B, H, D). The keys are those the training forward gives query pos[b]:
+// pos - window .. pos.
+template <typename real>
+static inline void attention_decode_cpu(real* y, const real* q, const real* k_cache, const real* v_cache, const int* pos, int B, int S,
+                                        int H, int Hkv, int D, int window) {
+    const real scale = (real)1 / std::sqrt((real)D);
+    const int group = H / Hkv;
+    const size_t stride = (size_t)Hkv * D;
+#pragma omp parallel
+    {
+        std::vector<real> scores(S);
+#pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++) {
+                const size_t kv_base = (size_t)b * S * stride + (size_t)(h / group) * D, row = (size_t)b * H + h;
+                attention_row_cpu(y + row * D, q + row * D, k_cache + kv_base, v_cache + kv_base, stride, std::max(pos[b] - window, 0),
+                                  pos[b], D, scale, scores.data());
             }
     }
 }
@@ -690,6 +721,64 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_kernel(
     attn_store_rows<D>(dv + woff, kvstride, Vst, T - (k0 + warp * 16));
 }
 
+// ---- generation: one new query per row against the KV cache ----
+
+// y (B, H, D) = attention of q (B, H, D), the new tokens at positions pos[b] (device memory), over the
+// cache k_cache, v_cache (B, S, Hkv, D): attention_decode_cpu. Grid B*H, DECODE_THREADS threads. Each
+// generated token reads the whole (windowed) cache once for ~4 FLOPs per bf16 element, so the kernel is
+// bound by that read and stays simple: online softmax over chunks of DECODE_THREADS keys, one key per
+// thread (an fp32 dot product of the bf16 key with q, kept in shared memory), then each thread adds the
+// chunk's p_j v_j into its own output channels d = tid, tid + DECODE_THREADS, ...
+static const int DECODE_THREADS = 128;
+template <int D>
+__global__ void __launch_bounds__(DECODE_THREADS) attention_decode_kernel(floatX* y, const floatX* q, const floatX* k_cache,
+                                                                          const floatX* v_cache, const int* pos, int S, int H, int Hkv,
+                                                                          int window, float scale) {
+    constexpr int PER_THREAD = (D + DECODE_THREADS - 1) / DECODE_THREADS;
+    __shared__ float q_row[D];
+    __shared__ float p[DECODE_THREADS];
+    __shared__ float reduce[32];
+    const int b = blockIdx.x / H, h = blockIdx.x % H, tid = threadIdx.x;
+    const int i = pos[b], j0 = max(i - window, 0);
+    const size_t stride = (size_t)Hkv * D, base = (size_t)b * S * stride + (size_t)(h / (H / Hkv)) * D;
+    const floatX* qi = q + ((size_t)b * H + h) * D;
+    for (int d = tid; d < D; d += DECODE_THREADS) q_row[d] = to_float(qi[d]);
+    __syncthreads();
+    float acc[PER_THREAD] = {};
+    float row_max = -INFINITY, sum = 0.0f;
+    for (int c0 = j0; c0 <= i; c0 += DECODE_THREADS) {
+        const int j = c0 + tid;
+        float s = -INFINITY;
+        if (j <= i) {
+            const floatX* kj = k_cache + base + (size_t)j * stride;
+            float dot = 0.0f;
+            for (int d = 0; d < D; d++) dot += q_row[d] * to_float(kj[d]);
+            s = dot * scale;
+        }
+        const float new_max = fmaxf(row_max, block_max(s, reduce));  // finite: key c0 <= i is in every chunk
+        const float pj = j <= i ? expf(s - new_max) : 0.0f;
+        const float rescale = expf(row_max - new_max);                // 0 for the first chunk (row_max = -inf)
+        sum = sum * rescale + block_sum(pj, reduce);
+        p[tid] = pj;
+        __syncthreads();
+        const int keys = min(DECODE_THREADS, i - c0 + 1);
+#pragma unroll
+        for (int e = 0; e < PER_THREAD; e++) {
+            const int d = tid + e * DECODE_THREADS;
+            if (d >= D) break;
+            float a = acc[e] * rescale;
+            for (int jj = 0; jj < keys; jj++) a += p[jj] * to_float(v_cache[base + (size_t)(c0 + jj) * stride + d]);
+            acc[e] = a;
+        }
+        __syncthreads();  // p is rewritten by the next chunk
+        row_max = new_max;
+    }
+    floatX* yi = y + ((size_t)b * H + h) * D;
+#pragma unroll
+    for (int e = 0; e < PER_THREAD; e++)
+        if (tid + e * DECODE_THREADS < D) yi[tid + e * DECODE_THREADS] = to_floatX(acc[e] / sum);
+}
+
 // ---- launchers ----
 
 static inline void attention_check_shape(int B, int T, int H, int Hkv, int D, int window, const char* who) {
@@ -798,6 +887,16 @@ static inline void attention_forward_xsa_cuda(floatX* z, floatX* y, float* lse, 
     window = std::min(window, T);
     if (D == 64) attention_forward_launch<64>(z, y, lse, q, k, v, B, T, H, Hkv, window, alpha, stream);
     else attention_forward_launch<128>(z, y, lse, q, k, v, B, T, H, Hkv, window, alpha, stream);
+}
+
+// Generation: y (B, H, D) from q (B, H, D) at positions pos (B, device) over k_cache, v_cache (B, S, Hkv, D)
+static inline void attention_decode_cuda(floatX* y, const floatX* q, const floatX* k_cache, const floatX* v_cache, const int* pos, int B,
+                                         int S, int H, int Hkv, int D, int window, cudaStream_t stream) {
+    attention_check_shape(B, S, H, Hkv, D, window, "attention_decode_cuda");
+    const float scale = 1.0f / sqrtf((float)D);
+    if (D == 64) attention_decode_kernel<64><<<B * H, DECODE_THREADS, 0, stream>>>(y, q, k_cache, v_cache, pos, S, H, Hkv, window, scale);
+    else attention_decode_kernel<128><<<B * H, DECODE_THREADS, 0, stream>>>(y, q, k_cache, v_cache, pos, S, H, Hkv, window, scale);
+    cudaCheckLaunch();
 }
 
 // dy, q, y (B, T, H, D); k, v (B, T, Hkv, D); lse (B, H, T) -> dq (B, T, H, D), dk, dv (B, T, Hkv, D),

@@ -108,14 +108,16 @@ static inline void backend_phases_collect() {
     p.names.clear();
 }
 
-static inline void backend_init() {
+// Starts the backend and says which it is on `log` (null: says nothing; sample and chat keep their output
+// for the text and name the backend in their own summary lines)
+static inline void backend_init(FILE* log = stdout) {
 #ifdef __CUDACC__
     cuda_context_init();
     cudaCheck(cudaStreamCreate(&g_backend.stream));
     matmul_cuda_init(g_backend.stream);
-    printf("backend: %s on %s (%d SMs)\n", BACKEND_NAME, g_cuda.name, g_cuda.sm_count);
+    if (log) fprintf(log, "backend: %s on %s (%d SMs)\n", BACKEND_NAME, g_cuda.name, g_cuda.sm_count);
 #else
-    printf("backend: %s, %d threads\n", BACKEND_NAME, num_threads());
+    if (log) fprintf(log, "backend: %s, %d threads\n", BACKEND_NAME, num_threads());
 #endif
 }
 
@@ -475,6 +477,17 @@ static inline void attention_xsa_forward(floatX* z, floatX* y, float* lse, const
     attention_forward_cpu(y, lse, q, k, v, B, T, H, Hkv, D, window);
     if (xsa) xsa_forward_cpu(z, y, v, (size_t)B * T, H, Hkv, D, alpha);
 #endif
+}
+
+// Generation's attention: the new token of each row (q (B, H, D), at position pos[b], pos in backend
+// memory) over the KV cache (B, S, Hkv, D) -> y (B, H, D); then on XSA layers (alpha non-null) z = y -
+// alpha_h proj_v(y) with the new tokens' own values v (B, Hkv, D), the op the training forward uses unfused.
+static inline void attention_decode_xsa_forward(floatX* z, floatX* y, const floatX* q, const floatX* k_cache, const floatX* v_cache,
+                                                const floatX* v, const int* pos, int B, int S, int H, int Hkv, int D, int window,
+                                                const float* alpha) {
+    CUDA_OR_CPU(attention_decode_cuda(y, q, k_cache, v_cache, pos, B, S, H, Hkv, D, window, g_backend.stream),
+                attention_decode_cpu(y, q, k_cache, v_cache, pos, B, S, H, Hkv, D, window));
+    if (alpha) CUDA_OR_CPU(xsa_forward_cuda(z, y, v, (size_t)B, H, Hkv, D, alpha, g_backend.stream), xsa_forward_cpu(z, y, v, (size_t)B, H, Hkv, D, alpha));
 }
 
 // Given dz = dL/dz (dL/dy on layers without XSA: alpha null), writes dq, dk, dv (=), and with a learnable

@@ -176,6 +176,19 @@ static bool parse_bool(const char* flag, const char* value) {
 // RNG: splitmix64 (a full-period 64-bit generator with a tiny state that fits in a checkpoint).
 // Initialisation only needs uniform and normal draws; we never try to match torch's bit stream.
 
+// FNV-1a, 64 bits: fingerprints of files and tokenizers recorded in checkpoints (not a cryptographic hash)
+struct Fnv1a {
+    uint64_t h = 1469598103934665603ull;
+    void mix(const void* p, size_t n) {
+        for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t*)p)[i]) * 1099511628211ull;
+    }
+    std::string hex() const {
+        char buf[17];
+        snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
+        return buf;
+    }
+};
+
 struct Rng {
     uint64_t state;
 };

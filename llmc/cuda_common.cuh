@@ -81,17 +81,20 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-// sum over a block of blockDim.x threads (a multiple of 32, at most 1024); every thread gets the total.
-// `shared` holds 32 floats. Fixed order: warp sums, then warp 0 sums the warp results.
-__device__ __forceinline__ float block_sum(float v, float* shared) {
+// sum (MAX false) or max (MAX true) over a block of blockDim.x threads (a multiple of 32, at most 1024);
+// every thread gets the result. `shared` holds 32 floats. Fixed order: warp results, then warp 0 combines them.
+template <bool MAX>
+__device__ __forceinline__ float block_reduce(float v, float* shared) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    v = warp_sum(v);
+    v = MAX ? warp_max(v) : warp_sum(v);
     __syncthreads();  // shared may still be read by a previous call
     if (lane == 0) shared[warp] = v;
     __syncthreads();
-    v = lane < warps ? shared[lane] : 0.0f;
-    return warp_sum(v);
+    v = lane < warps ? shared[lane] : (MAX ? -INFINITY : 0.0f);
+    return MAX ? warp_max(v) : warp_sum(v);
 }
+__device__ __forceinline__ float block_sum(float v, float* shared) { return block_reduce<false>(v, shared); }
+__device__ __forceinline__ float block_max(float v, float* shared) { return block_reduce<true>(v, shared); }
 
 // 16-byte access helpers of the elementwise kernels (norm, rotary, mlp, residual, embedding). One thread
 // moves 8 consecutive elements: one 16-byte load for 8 bf16, two for 8 fp32. Pointers must be 16-byte aligned.

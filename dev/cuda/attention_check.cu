@@ -12,7 +12,8 @@
 // poisoned (NaN bytes) before every run, so an unwritten element fails the check. Identities checked bit-exactly: two runs give the same bits; the
 // fused forward's y and lse are the plain forward's; alpha = 0 gives z = y and the plain backward's
 // gradients; the forward + backward captured in a CUDA graph replay to the same bits; the unfused
-// backward with dy aliasing dz gives the non-aliased bits. Exit code 1 on any failure; a table last.
+// backward with dy aliasing dz gives the non-aliased bits. Also generation's attention over a KV cache
+// (attention_decode_cuda) for the same shapes. Exit code 1 on any failure; a table last.
 //
 // FLOP convention for the TFLOP/s column: with P = sum_i min(window + 1, i + 1) the (query, key) pairs
 // inside the causal window, per (b, h): forward 4 D P (Q K^T and P V, 2 FLOP per multiply-add),
@@ -341,6 +342,33 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
 #undef NAME
 }
 
+// Generation's attention (attention_decode_cuda): one query per row at position pos[b] over a KV cache of
+// S = T positions, against attention_decode_cpu. Three rows, at positions T - 1, 0 and a random one; the
+// cache entries a row must not read (after pos[b], and before its window) hold NaN, so reading one fails.
+static void check_decode(const Shape& s, Rng* rng, cudaStream_t st) {
+    const int B = 3, S = s.T, H = s.H, Hkv = s.Hkv, D = s.D, W = s.window;
+    const size_t nq = (size_t)B * H * D, nkv = (size_t)B * S * Hkv * D;
+    Buf<floatX> q(nq), kc(nkv), vc(nkv), y(nq);
+    Buf<int> pos(B);
+    std::vector<float> hq = random_bf16(q, s.qstd, rng), hk = random_bf16(kc, 1.5f, rng), hv = random_bf16(vc, 1.0f, rng);
+    const std::vector<int> hpos = {S - 1, 0, (int)(rng_next_u64(rng) % S)};
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < S; j++)
+            if (j > hpos[b] || j < hpos[b] - W)
+                for (size_t e = ((size_t)b * S + j) * Hkv * D; e < ((size_t)b * S + j + 1) * Hkv * D; e++) hk[e] = hv[e] = NAN;
+    upload(kc, hk);
+    upload(vc, hv);
+    cudaCheck(cudaMemcpy(pos.p, hpos.data(), B * sizeof(int), cudaMemcpyHostToDevice));
+    std::vector<float> want(nq);
+    attention_decode_cpu(want.data(), hq.data(), hk.data(), hv.data(), hpos.data(), B, S, H, Hkv, D, W);
+    y.poison(st);
+    attention_decode_cuda(y.p, q.p, kc.p, vc.p, pos.p, B, S, H, Hkv, D, W, st);
+    cudaCheck(cudaStreamSynchronize(st));
+    char name[96];
+    snprintf(name, sizeof name, "decode y (positions %d, %d, %d)", hpos[0], hpos[1], hpos[2]);
+    check_close(name, download(y), want, 1e-2, D);
+}
+
 // The real shapes (T 2048, a short and a full window, head_dim 64 and 128, B 2), where the CPU twins would
 // take minutes: the fused XSA forward and backward (alphas that differ per head, as -x learn's) on the GPU,
 // then a double-precision reference of the sampled rows only, from the same bf16 inputs and the GPU's own
@@ -545,6 +573,7 @@ int main(int argc, char** argv) {
     };
     for (const Shape& s : shapes) {
         check_shape(s, &rng, st);
+        check_decode(s, &rng, st);
         if (small && &s == &shapes[1]) break;
     }
     const Shape real[] = {

@@ -10,6 +10,9 @@ Prepare ClimbMix-400B for xsa-train, the way nanochat does (dev/docs/data.md#whe
   3. Write tokenizer.bin and one token shard per parquet file (train_NNNNNN.bin, val_000000.bin):
      every document encoded with encode_ordinary and a BOS token prepended.
 
+`--upgrade-tokenizer PATH` only rewrites a tokenizer file of version 1 (no split pattern) as version 2, in
+place, token ids unchanged (the C++ encoder needs the pattern).
+
 File formats: see dev/data/README.md. Needs: python3 -m pip install -r dev/data/requirements.txt
 
 The functions here take iterators of documents so other corpora can reuse them
@@ -71,7 +74,7 @@ SHARD_MAGIC = 20240520
 SHARD_VERSION_U16 = 1
 SHARD_VERSION_U32 = 2
 TOKENIZER_MAGIC = 20241201
-TOKENIZER_VERSION = 1
+TOKENIZER_VERSION = 2  # 2 stores the split pattern after the header; 1 (read too) did not: it was SPLIT_PATTERN
 HEADER_INTS = 256
 HEADER_BYTES = HEADER_INTS * 4
 
@@ -382,19 +385,26 @@ def prompt_tokens(enc, prompts):
 
 
 def tokenizer_bytes(enc, prompts):
-    """The tokenizer file as bytes (format in dev/data/README.md)."""
+    """The tokenizer file as bytes (format in dev/data/README.md), with the sample prompts encoded."""
+    return tokenizer_file_bytes(enc, prompt_tokens(enc, prompts))
+
+
+def tokenizer_file_bytes(enc, toks):
+    """The tokenizer file of `enc` (its ranks, specials and split pattern) with sample prompts given as
+    token id lists."""
     V = enc.n_vocab
     specials = special_ids(enc)
     if sorted(specials) != list(range(V - len(SPECIAL_TOKENS), V)):
         raise PrepError("special tokens are not the last ids of the vocabulary")
-    toks = prompt_tokens(enc, prompts)
+    pattern = enc._pat_str.encode("utf-8")
     header = [0] * HEADER_INTS
     header[0] = TOKENIZER_MAGIC
     header[1] = TOKENIZER_VERSION
     header[2] = V
     header[3] = bos_id(enc)
     header[4] = len(toks)
-    out = [struct.pack(f"<{HEADER_INTS}i", *header)]
+    header[5] = len(pattern)
+    out = [struct.pack(f"<{HEADER_INTS}i", *header), pattern]
     for i in range(V):
         if i in specials:
             b = specials[i].encode("utf-8")
@@ -421,17 +431,30 @@ def write_tokenizer(path, enc, prompts=DEFAULT_PROMPTS):
 
 def read_tokenizer(path):
     """Rebuild the Encoding from a tokenizer file written by write_tokenizer (ids of normal tokens are
-    their BPE ranks). Returns (enc, prompts_token_lists)."""
-    with open(path, "rb") as f:
-        data = f.read()
+    their BPE ranks; the split pattern is the file's, or SPLIT_PATTERN for a version-1 file, which has
+    none). Returns (enc, prompts_token_lists)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise PrepError(f"{path}: cannot read ({e.strerror})")
     where = f"{path}: not a tokenizer file"
     if len(data) < HEADER_BYTES:
         raise PrepError(f"{where} (shorter than the {HEADER_BYTES}-byte header)")
     h = struct.unpack_from(f"<{HEADER_INTS}i", data, 0)
-    if h[0] != TOKENIZER_MAGIC or h[1] != TOKENIZER_VERSION:
-        raise PrepError(f"{where} (magic {h[0]} version {h[1]}, expected {TOKENIZER_MAGIC} version {TOKENIZER_VERSION})")
+    if h[0] != TOKENIZER_MAGIC or h[1] not in (1, TOKENIZER_VERSION):
+        raise PrepError(f"{where} (magic {h[0]} version {h[1]}, expected {TOKENIZER_MAGIC} version 1 or {TOKENIZER_VERSION})")
     V, bos, P = h[2], h[3], h[4]
     pos = HEADER_BYTES
+    pattern = SPLIT_PATTERN
+    if h[1] >= 2:
+        if not 0 < h[5] <= len(data) - pos:
+            raise PrepError(f"{path}: split pattern of {h[5]} bytes, the file has {len(data) - pos} after its header")
+        try:
+            pattern = data[pos:pos + h[5]].decode("utf-8")
+        except UnicodeDecodeError:
+            raise PrepError(f"{path}: the split pattern is not UTF-8")
+        pos += h[5]
     ranks, specials = {}, []
     try:
         for i in range(V):
@@ -458,10 +481,19 @@ def read_tokenizer(path):
     want = [(len(ranks) + i, name) for i, name in enumerate(SPECIAL_TOKENS)]
     if specials != want:
         raise PrepError(f"{path}: special tokens are not nanochat's 9, after the mergeable tokens")
-    enc = make_encoding(ranks)
+    enc = make_encoding(ranks, pattern)
     if bos != bos_id(enc):
         raise PrepError(f"{path}: BOS id {bos} in the header, expected {bos_id(enc)}")
     return enc, prompts
+
+
+def upgrade_tokenizer(path):
+    """Rewrite a tokenizer file (version 1 or 2) as the current version, in place and atomically. Token ids
+    and the stored prompt tokens are kept, so shards and task files made with it stay valid; only the header
+    and the split pattern (a version-1 file's is SPLIT_PATTERN) change."""
+    enc, prompts = read_tokenizer(path)
+    write_atomic(path, tokenizer_file_bytes(enc, prompts))
+    log(f"{path}: tokenizer version {TOKENIZER_VERSION}, vocab {enc.n_vocab}, split pattern {enc._pat_str}")
 
 
 def read_prompts_file(path):
@@ -667,6 +699,9 @@ def parse_args(argv=None):
                    help="sample prompts stored in tokenizer.bin, one per line (default: nanochat's 7)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                    help="parallel downloads and encoding processes (default %(default)s)")
+    p.add_argument("--upgrade-tokenizer", metavar="PATH", default=None,
+                   help="only rewrite the tokenizer file PATH (version 1 or 2) as version 2, in place: the split "
+                        "pattern is stored (the C++ encoder needs it), token ids stay, so its shards stay valid")
     args = p.parse_args(argv)
     if args.vocab_size < MIN_VOCAB:
         p.exit(1, f"climbmix.py: error: --vocab-size {args.vocab_size} is too small: need at least "
@@ -681,6 +716,9 @@ def parse_args(argv=None):
 
 
 def run(args):
+    if args.upgrade_tokenizer is not None:
+        upgrade_tokenizer(args.upgrade_tokenizer)
+        return
     t_start = time.time()
     prompts = read_prompts_file(args.prompts_file) if args.prompts_file else DEFAULT_PROMPTS
 

@@ -20,16 +20,19 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from xsatest import needs_packages, read, run  # noqa: E402
 
 TOKENIZER_MAGIC, SHARD_MAGIC = 20241201, 20240520
+# nanochat's split pattern (its tokenizer.py), which version 2 stores
+NANOCHAT_PATTERN = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+"""
 
 
 def read_tokenizer(path):
-    """tokenizer.bin -> (pieces: the bytes of every token, special: 0/1 per token, bos id, prompts: lists of ids);
-    raises AssertionError where the file breaks the format."""
+    """tokenizer.bin -> (pieces: the bytes of every token, special: 0/1 per token, bos id, prompts: lists of ids,
+    split pattern: bytes); raises AssertionError where the file breaks the format (version 2)."""
     data = read(path)
-    magic, version, V, bos, P = struct.unpack_from("<5i", data, 0)
-    assert magic == TOKENIZER_MAGIC and version == 1, "%s: magic %d version %d" % (path, magic, version)
+    magic, version, V, bos, P, S = struct.unpack_from("<6i", data, 0)
+    assert magic == TOKENIZER_MAGIC and version == 2, "%s: magic %d version %d" % (path, magic, version)
     assert 0 <= bos < V, "%s: BOS id %d outside [0, %d)" % (path, bos, V)
-    pos, pieces, special, prompts = 1024, [], [], []
+    pattern = data[1024:1024 + S]
+    pos, pieces, special, prompts = 1024 + S, [], [], []
     for _ in range(V):
         is_special, n = struct.unpack_from("<BI", data, pos)
         pieces.append(data[pos + 5:pos + 5 + n])
@@ -44,7 +47,7 @@ def read_tokenizer(path):
         pos += 4 + 4 * n
     assert pos == len(data), "%s: %d bytes after the prompts" % (path, len(data) - pos)
     assert special[bos], "%s: the BOS id is not special" % path
-    return pieces, special, bos, prompts
+    return pieces, special, bos, prompts, pattern
 
 
 def shard_documents(path, pieces, bos):
@@ -89,19 +92,19 @@ class TestClimbmixOffline(unittest.TestCase):
         if code != 0:
             shutil.rmtree(cls.dir, ignore_errors=True)
             raise AssertionError("dev/data/climbmix.py offline run failed (exit %d):\n%s" % (code, out[-3000:]))
-        cls.pieces, cls.special, cls.bos, cls.prompts = read_tokenizer(os.path.join(cls.dir, "out", "tokenizer.bin"))
+        cls.pieces, cls.special, cls.bos, cls.prompts, cls.pattern = read_tokenizer(os.path.join(cls.dir, "out", "tokenizer.bin"))
 
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.dir, ignore_errors=True)
 
     def test_tokenizer(self):
-        """climbmix.py tokenizer: vocab 512, 9 special tokens, BOS '<|bos|>', 7 prompts decoding to nanochat's"""
+        """climbmix.py tokenizer: version 2 with nanochat's split pattern, vocab 512, 9 special tokens, BOS '<|bos|>', 7 prompts decoding to nanochat's"""
         first = b"".join(self.pieces[t] for t in self.prompts[0][1:]) if self.prompts else b""
         self.assertTrue(len(self.pieces) == 512 and sum(self.special) == 9 and self.pieces[self.bos] == b"<|bos|>" and
-                        len(self.prompts) == 7 and first == b"The capital of France is",
-                        "vocab %d (512), %d special tokens (9), BOS %r, %d prompts, the first %r" %
-                        (len(self.pieces), sum(self.special), self.pieces[self.bos], len(self.prompts), first))
+                        len(self.prompts) == 7 and first == b"The capital of France is" and self.pattern == NANOCHAT_PATTERN.encode(),
+                        "vocab %d (512), %d special tokens (9), BOS %r, %d prompts, the first %r, split pattern %r" %
+                        (len(self.pieces), sum(self.special), self.pieces[self.bos], len(self.prompts), first, self.pattern))
 
     def test_shards(self):
         """climbmix.py shards: BOS before every document, ids < vocab, the val and train documents decode to the parquet text exactly"""

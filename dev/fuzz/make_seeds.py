@@ -4,11 +4,13 @@
     python3 dev/fuzz/make_seeds.py [--bin DIR]
 
 From the real files (dev/data/devil/, dev/data/core_tasks/, dev/reference/data/: the small ones, or
-their headers), a few crafted ones (edge cases a parser must take or reject), and what the harnesses
+their headers; dev/data/encoder_test.txt in pieces, the encoder's text), a few crafted ones (edge cases
+a parser must take or reject), and what the harnesses
 fuzz_checkpoint and fuzz_loader_state derive from a tiny model and loader of their own
 (XSA_FUZZ_WRITE_SEEDS=DIR, built in --bin, default dev/fuzz/bin: make fuzz-build builds them).
-The corpus stays well under 2 MB. Rerun after a format change; make fuzz also regenerates the derived
-seeds at every run, so a stale committed one costs coverage, not correctness.
+The inputs of fixed findings (HARNESS/HARNESS-what) are kept. The corpus stays well under 2 MB. Rerun
+after a format change; make fuzz also regenerates the derived seeds at every run, so a stale committed one
+costs coverage, not correctness.
 """
 import argparse
 import json
@@ -41,8 +43,14 @@ def shard(tokens, version=1, count=None):
     return header + struct.pack("<%d%s" % (len(tokens), "H" if version == 1 else "I"), *tokens)
 
 
-def tokenizer(pieces, bos, prompts):
-    out = struct.pack("<5i", 20241201, 1, len(pieces), bos, len(prompts)) + bytes(1004)
+# nanochat's split pattern, which a version-2 tokenizer file stores after its header
+SPLIT_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|"""
+                 r"""\s+(?!\S)|\s+""").encode()
+
+
+def tokenizer(pieces, bos, prompts, version=2, pattern=SPLIT_PATTERN):
+    pattern = pattern if version >= 2 else b""
+    out = struct.pack("<6i", 20241201, version, len(pieces), bos, len(prompts), len(pattern)) + bytes(1000) + pattern
     for special, raw in pieces:
         out += struct.pack("<BI", special, len(raw)) + raw
     for p in prompts:
@@ -77,8 +85,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bin", default=os.path.join(REPO, "dev", "fuzz", "bin"), help="where the built harnesses are")
     args = ap.parse_args()
+    # the inputs of fixed findings (HARNESS/HARNESS-what, dev/fuzz/README.md) are kept; the rest is rewritten
+    findings = {}
+    for harness in os.listdir(CORPUS) if os.path.isdir(CORPUS) else []:
+        for name in os.listdir(os.path.join(CORPUS, harness)):
+            if name.startswith(harness + "-"):
+                findings[(harness, name)] = read(os.path.join("dev", "fuzz", "corpus", harness, name))
     if os.path.isdir(CORPUS):
         shutil.rmtree(CORPUS)
+    for (harness, name), data in findings.items():
+        write(harness, name, data)
 
     # token shards: the embedded validation shard, the first documents of the training shard, crafted
     bos = struct.unpack_from("<i", read("dev/data/devil/tokenizer.bin"), 12)[0]
@@ -92,11 +108,29 @@ def main():
     # 2^63 + 4 tokens claimed: times 2 bytes, 8 modulo 2^64, the size of the 4 tokens there (must be rejected)
     write("fuzz_shard", "huge_count.bin", shard([bos, 1, 2, 3], count=(1 << 63) + 4))
 
-    # tokenizer files: the embedded corpus's, a tiny one, one claiming a huge vocabulary
+    # tokenizer files: the embedded corpus's, tiny ones (version 1 without a pattern; version 2 without the
+    # 256 bytes, which the encoder needs; version 2 with them, a few merges and a prompt with a special
+    # token's text, under nanochat's and GPT-4's patterns), one claiming a huge vocabulary
     write("fuzz_tokenizer", "devil_tokenizer.bin", read("dev/data/devil/tokenizer.bin"))
     tiny = [(0, b"a"), (0, b"b"), (0, b"\xe2\x82"), (1, b"<|bos|>")]
-    write("fuzz_tokenizer", "tiny.bin", tokenizer(tiny, 3, [[3, 0, 1], [3, 2]]))
+    write("fuzz_tokenizer", "tiny_v1.bin", tokenizer(tiny, 3, [[3, 0, 1], [3, 2]], version=1))
+    write("fuzz_tokenizer", "tiny_no_bytes.bin", tokenizer(tiny, 3, [[3, 0, 1], [3, 2]]))
+    merges = [b"  ", b"ab", b"'s", b"12", b"\xe2\x82", b"\xe2\x82\xac", b" ab", b"<|", b"|>"]
+    small = [(0, bytes([i])) for i in range(256)] + [(0, m) for m in merges] + [(1, b"<|bos|>"), (1, b"<|user_start|>")]
+    small_bos = 256 + len(merges)
+    prompt = [small_bos] + [ord(c) for c in "ab's 1234 <|bos|> "] + [256 + merges.index(b"\xe2\x82\xac"), 0xff, 0x0a]
+    write("fuzz_tokenizer", "small_v2.bin", tokenizer(small, small_bos, [prompt]))
+    write("fuzz_tokenizer", "small_v2_gpt4.bin", tokenizer(small, small_bos, [prompt], pattern=SPLIT_PATTERN.replace(b"{1,2}", b"{1,3}")))
     write("fuzz_tokenizer", "huge_vocab.bin", tokenizer(tiny, 3, [])[:8] + struct.pack("<i", 1 << 30) + tokenizer(tiny, 3, [])[12:])
+
+    # text for the encoder: the multilingual and adversarial test text in pieces, special token text,
+    # long runs, and ill-formed UTF-8 of every kind
+    test_text = read("dev/data/encoder_test.txt")
+    for k, start in enumerate(range(0, len(test_text), 512)):
+        write("fuzz_encoder", "encoder_test_%d.txt" % k, test_text[start:start + 512])
+    write("fuzz_encoder", "specials.txt", b"<|bos|>hi <|user_start|>What's 2+2?<|user_end|><|assistant_start|>4<|assistant_end|>  <|bos")
+    write("fuzz_encoder", "runs.txt", b" " * 300 + b"a" * 300 + b"1" * 30 + b"\r\n" * 20 + "\u3000".encode() * 30)
+    write("fuzz_encoder", "ill_formed.bin", b"a\x80b\xc0\xafc\xe0\x80\x80d\xed\xa0\x80e\xf4\x90\x80\x80f\xf0\x9f\x91g\xe2\x82h\xff\xfe")
 
     # CORE task files: the embedded bundle's, and a minimal one of each type
     for name in sorted(os.listdir(os.path.join(REPO, "dev/data/core_tasks"))):

@@ -17,6 +17,9 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHARD_MAGIC = 20240520
 TOKENIZER_MAGIC = 20241201
+# nanochat's split pattern, which a version-2 tokenizer file stores
+SPLIT_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|"""
+                 r"""\s+(?!\S)|\s+""").encode()
 CORE_MAGIC = 20241202
 DEVIL_TOKENIZER = os.path.join(REPO, "dev/data/devil/tokenizer.bin")
 CORE_TASKS = os.path.join(REPO, "dev/data/core_tasks")
@@ -58,13 +61,20 @@ def documents(bos, n_docs, length=12, vocab=4096, seed=1):
 
 
 # ----------------------------------------------------------------------------------------------------
-# Tokenizer files: int32 header[256] ([0] magic, [1] version, [2] V, [3] BOS, [4] prompts P), then V
-# records (uint8 is_special, uint32 nbytes, bytes), then P prompts (uint32 n, n x uint32 ids).
+# Tokenizer files: int32 header[256] ([0] magic, [1] version, [2] V, [3] BOS, [4] prompts P, [5] pattern
+# bytes S in version 2), then (version 2) the S bytes of the split pattern, then V records (uint8
+# is_special, uint32 nbytes, bytes), then P prompts (uint32 n, n x uint32 ids).
+
+def tokenizer_records_offset(data):
+    """Where the token records of a tokenizer file start: after the header and, in version 2, the pattern."""
+    version, = struct.unpack_from("<i", data, 4)
+    return 1024 + (struct.unpack_from("<i", data, 20)[0] if version >= 2 else 0)
+
 
 def tokenizer_parse(data):
     """(header ints, [(is_special, bytes)], [prompt ids]) of a tokenizer file."""
     header = list(struct.unpack_from("<256i", data))
-    pos, records, prompts = 1024, [], []
+    pos, records, prompts = tokenizer_records_offset(data), [], []
     for _ in range(header[2]):
         special, n = struct.unpack_from("<BI", data, pos)
         records.append((special, data[pos + 5:pos + 5 + n]))
@@ -76,11 +86,14 @@ def tokenizer_parse(data):
     return header, records, prompts
 
 
-def tokenizer(records, bos, prompts, magic=TOKENIZER_MAGIC, version=1, vocab=None, n_prompts=None):
-    """A tokenizer file; `vocab` and `n_prompts` override what the header claims."""
+def tokenizer(records, bos, prompts, magic=TOKENIZER_MAGIC, version=2, vocab=None, n_prompts=None, pattern=SPLIT_PATTERN, pattern_len=None):
+    """A tokenizer file (version 1 has no pattern); `vocab`, `n_prompts` and `pattern_len` override what the
+    header claims."""
+    pattern = pattern if version >= 2 else b""
     header = [0] * 256
-    header[:5] = [magic, version, len(records) if vocab is None else vocab, bos, len(prompts) if n_prompts is None else n_prompts]
-    out = [struct.pack("<256i", *header)]
+    header[:6] = [magic, version, len(records) if vocab is None else vocab, bos, len(prompts) if n_prompts is None else n_prompts,
+                  len(pattern) if pattern_len is None else pattern_len]
+    out = [struct.pack("<256i", *header), pattern]
     for special, piece in records:
         out.append(struct.pack("<BI", special, len(piece)) + piece)
     for p in prompts:
@@ -89,7 +102,7 @@ def tokenizer(records, bos, prompts, magic=TOKENIZER_MAGIC, version=1, vocab=Non
 
 
 def tokenizer_header_only(magic=TOKENIZER_MAGIC, version=1, vocab=4096, bos=4087, n_prompts=0):
-    """Just the 1024-byte header: a file that claims `vocab` records and holds none."""
+    """Just the 1024-byte header (version 1: no pattern): a file that claims `vocab` records and holds none."""
     header = [0] * 256
     header[:5] = [magic, version, vocab, bos, n_prompts]
     return struct.pack("<256i", *header)
@@ -229,7 +242,7 @@ def static_files():
         ("shard_nobos.bin", shard([5, 6, bos, 7], 1), "a shard whose first token is not BOS"),
         ("tokenizer_magic.bin", b"\0" + tok[1:], "a tokenizer file with a wrong magic"),
         ("tokenizer_vocab_2e30.bin", tokenizer_header_only(vocab=1 << 30, bos=0), "a tokenizer header claiming 2^30 tokens"),
-        ("tokenizer_truncated.bin", tok[:1024 + 5 * 100 + 3], "a tokenizer file cut inside a record"),
+        ("tokenizer_truncated.bin", tok[:tokenizer_records_offset(tok) + 5 * 100 + 3], "a tokenizer file cut inside a record"),
         ("tokenizer_bos_range.bin", tokenizer(records, V, prompts), "BOS id = vocab size"),
         ("st_header_len.bin", struct.pack("<Q", (1 << 64) - 1) + b"{}", "a safetensors header length of 2^64-1"),
         ("st_bad_json.bin", st_build(None, b"", raw_header=b'{"a": {"dtype": "F32", "shape": [1], '), "an unterminated JSON header"),

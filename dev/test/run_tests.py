@@ -9,7 +9,7 @@ PASS / FAIL / SKIP line per check as it goes, then a subtotal per suite and one 
 Suites, in this order:
   * --compile CMD: a shell command that builds the CUDA targets (make test-all: make cuda_targets); 1 check
   * the C++ suite, ./test_xsa_cpu (or --cpp BIN): its own "N passed, N failed" line
-  * every Python suite dev/**/test_*.py (or --python GLOB) (unittest): one check per test, or per subtest
+  * every Python suite dev/**/test_*.py (or those of --python GLOB, repeatable) (unittest): one check per test, or per subtest
     where a test has them; run with this interpreter, so `PYTHON=... make test` picks which one
   * --cuda BIN: the CUDA suite, ./test_xsa_cuda on a GPU: its "N passed, N failed" line
   * --emu "TARGET ...": dev/cuda/emu/run.sh TARGET ... (the CUDA code on the CPU emulator): one check per target
@@ -212,7 +212,8 @@ def main():
     ap.add_argument("--unittest", metavar="FILE", help=argparse.SUPPRESS)  # internal: one Python suite
     ap.add_argument("--cpp", default="./test_xsa_cpu", help="the C++ suite (default ./test_xsa_cpu); '' leaves it out")
     ap.add_argument("--no-python", action="store_true", help="leave out the Python suites")
-    ap.add_argument("--python", metavar="GLOB", default="dev/**/test_*.py", help="the Python suites (default dev/**/test_*.py)")
+    ap.add_argument("--python", metavar="GLOB", action="append",
+                    help="the Python suites (default dev/**/test_*.py); may be given several times")
     ap.add_argument("--sanitizer-logs", metavar="DIR", help="one check: no sanitizer report files in DIR after the suites")
     ap.add_argument("--compile", metavar="CMD", help="shell command that compiles the CUDA targets, counted as one check")
     ap.add_argument("--cuda", metavar="BIN", help="the CUDA suite binary (./test_xsa_cuda), on a GPU machine")
@@ -243,7 +244,7 @@ def main():
         counted_suite(suite, [args.cpp])
         suite.seconds = time.time() - t0
     if not args.no_python:
-        files = sorted(glob.glob(os.path.join(REPO, args.python), recursive=True))
+        files = sorted(set(f for g in args.python or ["dev/**/test_*.py"] for f in glob.glob(os.path.join(REPO, g), recursive=True)))
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1")  # no __pycache__ in the tree
         for path in files:
             rel = os.path.relpath(path, REPO)

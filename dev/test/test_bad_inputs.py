@@ -315,7 +315,8 @@ class TestShards(Case):
         """shard: version-2 header claiming 2^62 tokens, tokenizer with BOS 0 -> one error naming the shard and the count it claims"""
         fx = self.fx
         records = [(1, fx.tok_records[0][1])] + fx.tok_records[1:]
-        tok = self.file("tok_bos0.bin", craft.tokenizer(records, 0, []))
+        # version 1: a version-2 file must hold the 256 bytes as normal tokens for its encoder, and byte 0 is BOS here
+        tok = self.file("tok_bos0.bin", craft.tokenizer(records, 0, [], version=1))
         p = self.file("bad_000000.bin", craft.shard([], 2, count=1 << 62))
         self.rejects(train(ONE_STEP + " --tokenizer %s -i %s -j %s" % (q(tok), q(p), q(p))), [p, "4611686018427387904"])
 
@@ -386,8 +387,35 @@ class TestTokenizer(Case):
         self.tokenizer_case(b"\0" + self.fx.tok[1:], ["magic"])
 
     def test_version(self):
-        """tokenizer: version 2 -> one error naming the file and the version"""
-        self.tokenizer_case(self.fx.tok[:4] + b"\x02" + self.fx.tok[5:], ["version"])
+        """tokenizer: version 3 -> one error naming the file and the version"""
+        self.tokenizer_case(self.fx.tok[:4] + b"\x03" + self.fx.tok[5:], ["version"])
+
+    def test_version1_trains(self):
+        """tokenizer: version 1 (no split pattern, as written before encoding existed) -> still trains"""
+        fx = self.fx
+        p = self.file("tokenizer.bin", craft.tokenizer(fx.tok_records, fx.bos, fx.tok_prompts, version=1))
+        self.accepts(train(ONE_STEP + " --tokenizer " + q(p)))
+
+    def test_pattern_length(self):
+        """tokenizer: a split pattern length of 0, -1, 2^31-1 or past the end -> one error naming the file and the pattern"""
+        fx = self.fx
+        for n in (0, -1, (1 << 31) - 1, len(craft.SPLIT_PATTERN) + 10 ** 6):
+            with self.subTest("tokenizer: split pattern length %d -> one error naming the file" % n):
+                self.tokenizer_case(craft.tokenizer(fx.tok_records, fx.bos, fx.tok_prompts, pattern_len=n), ["split pattern"])
+
+    def test_duplicate_piece(self):
+        """tokenizer (version 2): two normal tokens with the same bytes -> one error naming the file and both ids"""
+        fx = self.fx
+        records = list(fx.tok_records)
+        records[300] = records[299]
+        self.tokenizer_case(craft.tokenizer(records, fx.bos, fx.tok_prompts), ["tokens 299 and 300"])
+
+    def test_missing_byte(self):
+        """tokenizer (version 2): no token for the single byte 0xff -> one error naming the file and the byte"""
+        fx = self.fx
+        records = list(fx.tok_records)
+        records[255] = (0, b"\xff\xfe\xfd")
+        self.tokenizer_case(craft.tokenizer(records, fx.bos, fx.tok_prompts), ["0xff"])
 
     # FAILS at f7b1cb3 (tokenizer.h): V = 2^30 passes the range check and 2^30 std::strings are allocated before a record is
     # read: std::bad_alloc, abort (exit 134)
@@ -405,11 +433,12 @@ class TestTokenizer(Case):
 
     def test_truncated_record(self):
         """tokenizer: cut inside a token record -> one error naming the file"""
-        self.tokenizer_case(self.fx.tok[:1024 + 5 * 100 + 3], ["truncated"])
+        self.tokenizer_case(self.fx.tok[:craft.tokenizer_records_offset(self.fx.tok) + 5 * 100 + 3], ["truncated"])
 
     def test_record_length_huge(self):
         """tokenizer: a record claiming 2^32-1 bytes -> one error naming the file"""
-        self.tokenizer_case(self.fx.tok[:1024 + 1] + struct.pack("<I", 0xFFFFFFFF) + self.fx.tok[1024 + 5:])
+        at = craft.tokenizer_records_offset(self.fx.tok)
+        self.tokenizer_case(self.fx.tok[:at + 1] + struct.pack("<I", 0xFFFFFFFF) + self.fx.tok[at + 5:])
 
     def test_bos_equals_vocab(self):
         """tokenizer: BOS id = vocab size -> one error naming the file and BOS"""
