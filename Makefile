@@ -98,7 +98,7 @@ GPU_BIN = build/gpu
 PORTABLE = -march=x86-64-v3
 GPU_NVCCFLAGS = $(subst -march=native,$(PORTABLE),$(subst -arch=$(CUDA_ARCH),-arch=sm_90,$(NVCCFLAGS)))
 GPU_CXXFLAGS = $(subst -march=native,$(PORTABLE),$(CXXFLAGS))
-GPU_BINARIES = $(addprefix $(GPU_BIN)/,train_gpt_cuda test_xsa_cuda bench_fwdbwd_cuda train_gpt_cpu test_xsa_cpu \
+GPU_BINARIES = $(addprefix $(GPU_BIN)/,train_gpt_cuda test_xsa_cuda bench_fwdbwd_cuda sample_cuda train_gpt_cpu test_xsa_cpu \
                $(notdir $(CUDA_CHECKS)))
 gpu_binaries: $(GPU_BINARIES)
 	sh dev/gpu_sources_hash.sh > $(GPU_BIN)/SOURCES
@@ -112,6 +112,9 @@ $(GPU_BIN)/test_xsa_cuda: test_xsa.cu train_gpt.cu $(HEADERS)
 $(GPU_BIN)/bench_fwdbwd_cuda: dev/bench/bench_fwdbwd.cu train_gpt.cu $(HEADERS)
 	@mkdir -p $(GPU_BIN)
 	$(NVCC) $(GPU_NVCCFLAGS) $(NVCC_LIBFLAGS) dev/bench/bench_fwdbwd.cu -o $@ $(CUDA_LIBS)
+$(GPU_BIN)/sample_cuda: sample.cpp train_gpt.cu $(HEADERS)
+	@mkdir -p $(GPU_BIN)
+	$(NVCC) $(GPU_NVCCFLAGS) $(NVCC_LIBFLAGS) -x cu sample.cpp -o $@ $(CUDA_LIBS)
 $(GPU_BIN)/%_check: dev/cuda/%_check.cu dev/cuda/check_util.cuh $(HEADERS)
 	@mkdir -p $(GPU_BIN)
 	$(NVCC) $(GPU_NVCCFLAGS) $(NVCC_LIBFLAGS) -I. $< -o $@ $(CUDA_LIBS)

@@ -1546,6 +1546,8 @@ int main(int argc, char** argv) {
     test_matmul_fast_vs_naive(7, 3, 5);        // smaller than one micro-tile in every direction
     test_matmul_fast_vs_naive(37, 24, 100);    // edge tiles in M and N
     test_matmul_fast_vs_naive(13, 1, 70);      // K = 1
+    test_matmul_fast_vs_naive(3, 200, 37);     // M <= GEMM_SMALL_M: the forward's dot products of rows (K past 16 lanes and a tail)
+    test_matmul_fast_vs_naive(GEMM_SMALL_M, 33, 1100);  // the same at its largest M, N split by the threads
     test_matmul_fast_vs_naive(61, GEMM_KC + 1, 67);    // K = GEMM_KC + 1: a second K block of one term
     test_matmul_fast_vs_naive(GEMM_MC_MAX + 5, 2 * GEMM_KC + 232, 130);  // several row blocks, K > 2 GEMM_KC, 2 threads at work
     test_matmul_fast_vs_naive(20, 40, GEMM_NC + 3);     // N > GEMM_NC: two column panels, the second of 3 columns

@@ -63,16 +63,16 @@ install_prebuilt() {
     done
     "$BIN/train_gpt_cuda" --help > /dev/null || { echo "$BIN/train_gpt_cuda does not start (exit $?)"; return 1; }
     mkdir -p dev/cuda/bin dev/bench
-    cp "$BIN"/train_gpt_cuda "$BIN"/test_xsa_cuda "$BIN"/train_gpt_cpu "$BIN"/test_xsa_cpu .
+    cp "$BIN"/train_gpt_cuda "$BIN"/test_xsa_cuda "$BIN"/sample_cuda "$BIN"/train_gpt_cpu "$BIN"/test_xsa_cpu .
     cp "$BIN"/bench_fwdbwd_cuda dev/bench/
     cp "$BIN"/*_check dev/cuda/bin/
-    touch train_gpt_cuda test_xsa_cuda train_gpt_cpu test_xsa_cpu dev/bench/bench_fwdbwd_cuda dev/cuda/bin/*  # newer than the sources: make keeps them
+    touch train_gpt_cuda test_xsa_cuda sample_cuda train_gpt_cpu test_xsa_cpu dev/bench/bench_fwdbwd_cuda dev/cuda/bin/*  # newer than the sources: make keeps them
     echo "installed the prebuilt binaries of $BIN (sources $(cat "$BIN/SOURCES"))"
 }
 if [ -n "${GPU_CHECK_SKIP_BUILD:-}" ]; then
     note binaries "SKIPPED: GPU_CHECK_SKIP_BUILD (the binaries are in place)"
 elif ! stage binaries_prebuilt 30 bash -c "BIN=$BIN; $(declare -f sources_hash install_prebuilt); install_prebuilt"; then
-    stage build 300 make -j"$JOBS" cuda_targets train_gpt_cpu test_xsa_cpu
+    stage build 300 make -j"$JOBS" cuda_targets sample train_gpt_cpu test_xsa_cpu && cp sample sample_cuda
 fi
 
 # ---- correctness, each kernel naming itself on a fault
@@ -134,6 +134,21 @@ if stage phases_d24_xsa 90 dev/bench/bench_fwdbwd_cuda $D24 1 5 1 1 1; then
     { echo; echo "phases of a d24 XSA micro-step ($D24_BATCH x 2048, eager launches):"; echo; echo '```'
       sed -n '/^phases of a micro-step/,$p' "$LOGS/phases_d24_xsa.log"; echo '```'; } >> "$BENCH_TABLE"
 fi
+# generation (sample, KV cache): a d12 model after one step on the embedded corpus, greedy from the first
+# 4000 bytes of dev/data/devil/README.md (885 tokens), 256 new tokens
+GEN=$(mktemp -d)  # the 1.1 GB model: not in the archive
+GEN_TRAIN="-d 12 -b 1 -B 2048 -n 1 --eval-every 1 --eval-tokens 2048 --sample-every -1 --core-every -1"
+GEN_BYTES=4000
+if [ -n "${GPU_CHECK_TINY:-}" ]; then
+    GEN_TRAIN="-d 1 --dim 64 --heads 1 -t 64 -b 1 -B 64 -n 1 --eval-every 1 --eval-tokens 64 --sample-every -1 --core-every -1"
+    GEN_BYTES=40
+fi
+if [ -x ./sample_cuda ] && stage generate_d12 90 bash -c "./train_gpt_cuda $GEN_TRAIN --export-safetensors $GEN/model.safetensors > /dev/null &&
+        head -c $GEN_BYTES dev/data/devil/README.md | ./sample_cuda -e $GEN/model.safetensors -t 0 -n 256 > /dev/null"; then
+    { echo; echo "generation (sample_cuda, d12 after one step, greedy, batch 1, the first $GEN_BYTES bytes of dev/data/devil/README.md as the prompt):"; echo
+      grep "new tokens" "$LOGS/generate_d12.log"; } >> "$BENCH_TABLE"
+fi
+rm -rf "$GEN"
 for h in attention matmul; do  # the kernels' own timings at the real shapes (no XSA_CUDA_SYNC)
     case $h in attention) args="";; *) args="5";; esac
     [ -n "${GPU_CHECK_TINY:-}" ] && args="${args/5/1}"

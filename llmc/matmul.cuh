@@ -171,6 +171,7 @@ static inline gemm_vec gemm_vfma(gemm_vec a, gemm_vec b, gemm_vec c) { return a 
 #endif
 
 static constexpr int GEMM_NR = GEMM_NV * GEMM_VLEN;
+static constexpr int GEMM_SMALL_M = 4;  // up to this many rows of A, gemm_cpu takes dot products of rows instead (see there)
 // KC: long enough that packing and the C load/store per micro-tile are amortised over many FMAs
 // (384 divides 768 and 3072, common model widths); the A block (MC, KC) = 576 KiB plus the B
 // micro-panel (KC, NR) = 96 KiB (AVX-512) fit the 1 MiB L2 of Zen 4/5. KC is also the length of each
@@ -288,6 +289,20 @@ static inline void gemm_cpu(float* C, const float* A, const float* B, int M, int
                 for (int j = 0; j < N; j++) { C[(size_t)i * ldc + j] = 0.0f; }
             }
         }
+        return;
+    }
+    // A few rows (generation's decode: one per sequence) times op(B) = B^T with B stored (N, K), as the
+    // forward's weights are: each output is the dot product of two contiguous rows. Reading each row of B
+    // once, the threads splitting the N columns, is all the work; the blocked path below would first copy
+    // all of B into panels and then fill only M of the micro-kernel's MR rows.
+    if (M <= GEMM_SMALL_M && !transA && transB) {
+#pragma omp parallel for schedule(static) if ((double)M * N * K >= 1e6 && !omp_in_parallel())
+        for (int j = 0; j < N; j++)
+            for (int i = 0; i < M; i++) {
+                const float dot = dot_lanes(A + (size_t)i * lda, B + (size_t)j * ldb, K);
+                float* c = C + (size_t)i * ldc + j;
+                *c = accumulate ? *c + dot : dot;
+            }
         return;
     }
     // element strides of op(A) (M, K) and op(B)^T (N, K); packing B^T makes B micro-panels
