@@ -36,17 +36,11 @@ int main(int argc, char** argv) {
     a.sampling.top_k = 50;
     std::string one_message;
     bool one_shot = false;
-    for (int i = 1; i < argc; i++) {
-        std::string flag = argv[i];
-        if (flag == "-h" || flag == "--help") {
-            usage();
-            return 0;
-        }
-        if (i + 1 >= argc) fail("option %s needs a value (see --help)", flag.c_str());
-        const char* value = argv[++i];
+    parse_options(argc, argv, usage, [&](const std::string& flag, const char* value) {
         if (flag == "-p") one_message = value, one_shot = true;
-        else if (!parse_generation_flag(&a, flag, value)) fail("unknown option '%s' (see --help)", flag.c_str());
-    }
+        else return parse_generation_flag(&a, flag, value);
+        return true;
+    });
     validate_generation_args(a, "chat");
 
     backend_init(nullptr);

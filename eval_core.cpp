@@ -20,20 +20,14 @@ static void usage() {
 int main(int argc, char** argv) {
     std::string weights, task_dir, csv;
     int max_per_task = -1;
-    for (int i = 1; i < argc; i++) {
-        std::string flag = argv[i];
-        if (flag == "-h" || flag == "--help") {
-            usage();
-            return 0;
-        }
-        if (i + 1 >= argc) fail("option %s needs a value (see --help)", flag.c_str());
-        const char* value = argv[++i];
+    parse_options(argc, argv, usage, [&](const std::string& flag, const char* value) {
         if (flag == "-e") weights = value;
         else if (flag == "-c") task_dir = value;
         else if (flag == "-o") csv = value;
         else if (flag == "-m") max_per_task = parse_int32(flag.c_str(), value);
-        else fail("unknown option '%s' (see --help)", flag.c_str());
-    }
+        else return false;
+        return true;
+    });
     if (weights.empty() || task_dir.empty()) fail("eval_core needs -e CHECKPOINT and -c TASKDIR (see --help)");
     if (max_per_task < 1 && max_per_task != -1) fail("-m must be >= 1, got %d", max_per_task);
     backend_init();

@@ -27,17 +27,11 @@ int main(int argc, char** argv) {
     a.sampling.temperature = 0.8f;
     a.sampling.top_k = 50;
     std::vector<std::string> texts;
-    for (int i = 1; i < argc; i++) {
-        std::string flag = argv[i];
-        if (flag == "-h" || flag == "--help") {
-            usage();
-            return 0;
-        }
-        if (i + 1 >= argc) fail("option %s needs a value (see --help)", flag.c_str());
-        const char* value = argv[++i];
+    parse_options(argc, argv, usage, [&](const std::string& flag, const char* value) {
         if (flag == "-p") texts.push_back(value);
-        else if (!parse_generation_flag(&a, flag, value)) fail("unknown option '%s' (see --help)", flag.c_str());
-    }
+        else return parse_generation_flag(&a, flag, value);
+        return true;
+    });
     validate_generation_args(a, "sample");
     if (texts.empty()) {  // all of stdin
         std::string text;

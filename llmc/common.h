@@ -172,6 +172,21 @@ static bool parse_bool(const char* flag, const char* value) {
     fail("%s expects 0 or 1, got '%s'", flag, value);
 }
 
+// The command line of the small programs (eval_core, sample, chat), where every option takes a value:
+// -h / --help prints usage() and exits 0; handle(flag, value) returns false for an unknown option.
+template <typename Handler>
+static void parse_options(int argc, char** argv, void (*usage)(), Handler handle) {
+    for (int i = 1; i < argc; i++) {
+        const std::string flag = argv[i];
+        if (flag == "-h" || flag == "--help") {
+            usage();
+            exit(0);
+        }
+        if (i + 1 >= argc) fail("option %s needs a value (see --help)", flag.c_str());
+        if (!handle(flag, argv[++i])) fail("unknown option '%s' (see --help)", flag.c_str());
+    }
+}
+
 // ----------------------------------------------------------------------------------------------------
 // RNG: splitmix64 (a full-period 64-bit generator with a tiny state that fits in a checkpoint).
 // Initialisation only needs uniform and normal draws; we never try to match torch's bit stream.
