@@ -143,6 +143,11 @@ class TestGenerate(xsatest.TempDirTest):
         code, out = run([binary("chat"), "-e", self.model, "-p", "Hello", "-n", "8"])
         with self.subTest("chat -p: exit 0 and a speed line"):
             self.assertTrue(code == 0 and "tokens/s" in out, out)
+        p = subprocess.run([binary("chat"), "-e", self.model, "-n", "6"], cwd=xsatest.REPO, input=b"Hello\nclear\nWho are you?\nquit\nnot read\n",
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        out = p.stdout.decode(errors="replace")
+        with self.subTest("chat on stdin: two answers around a 'clear', stops at 'quit'"):
+            self.assertTrue(p.returncode == 0 and out.count("Assistant: ") == 2 and "(conversation cleared)" in out and out.count("User: ") == 4, out)
 
     def test_bad_inputs(self):
         """sample and chat: one error line and exit 1 for each bad input"""
