@@ -36,6 +36,8 @@ python)
     sp=$(SP)
     cuda_lib=$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")/../lib64
     export LD_LIBRARY_PATH="$sp/nvidia/nccl/lib:$sp/nvidia/cu13/lib:$sp/nvidia/nvshmem/lib:$cuda_lib:$VENV/stubs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    # with the stub, torch's first autograd call warns that the driver is a stub: expected here
+    [ -e "$VENV/stubs/libcuda.so.1" ] && export PYTHONWARNINGS="ignore:CUDA initialization${PYTHONWARNINGS:+,$PYTHONWARNINGS}"
     exec "$VENV/bin/python" "$@"
     ;;
 *)
