@@ -283,19 +283,27 @@ static void test_kv_cache_generation(const char* backend, double tol) {
     check(worst <= tol, "%sKV-cache generation (3 rows of 1, 6, 13 prompt tokens, 21 tokens each, windows of 5, GQA, smear, VE, "
           "learnable XSA): the logits of every generated position vs a full forward, worst rel L2 %.1e <= %.0e", backend, worst, tol);
 
-    // greedy: generate() against decoding by a full forward per token (first maximum on ties)
+    // greedy: generate() against greedy decoding by full forwards, position by position along generate()'s
+    // tokens: the full forward's first maximum must be the token generate() chose, or, in bf16 (tol above
+    // fp32's), a near tie: the chosen token's logit within 0.1 of the maximum (bf16 logits of this model
+    // differ by ~1e-2 between the two paths, so an exact match would fail on ties, not on bugs)
+    const float tie = tol > 1e-4 ? 0.1f : 0.0f;
     std::vector<std::vector<int>> prompts = {std::vector<int>(seqs[1].begin(), seqs[1].begin() + 6), std::vector<int>(seqs[2].begin(), seqs[2].begin() + 13)};
     const std::vector<std::vector<int>> out = generate(&model, prompts, 16, SamplingOptions(), 0, {}, [](int, int) {});
-    bool same = true;
+    int near_ties = 0, wrong = 0;
     for (size_t b = 0; b < prompts.size(); b++) {
         std::vector<int> tokens = prompts[b];
-        for (int i = 0; i < 16; i++) {
+        for (int i = 0; i < 16 && i < (int)out[b].size(); i++) {
             gpt_forward(&model, tokens.data(), nullptr, 1, (int)tokens.size());
-            tokens.push_back(gpt_argmax(&model, tokens.size() - 1));
+            gpt_logits_row(&model, tokens.size() - 1, row.data());
+            const int best = gpt_argmax(&model, tokens.size() - 1), chosen = out[b][i];
+            if (best != chosen) (row[best] - row[chosen] <= tie ? near_ties : wrong)++;
+            tokens.push_back(chosen);
         }
-        same = same && std::vector<int>(tokens.begin() + prompts[b].size(), tokens.end()) == out[b];
+        if (out[b].size() != 16) wrong++;
     }
-    check(same, "%sgreedy generation with the KV cache (2 rows, 16 tokens) = greedy decoding by full forwards", backend);
+    check(wrong == 0, "%sgreedy generation with the KV cache (2 rows, 16 tokens) = greedy decoding by full forwards at every position (%d near ties "
+          "within %.1f, %d other differences)", backend, near_ties, tie, wrong);
 
     // stop tokens and the context: a row stops before its stop token, and at the cache's S = seq_len positions
     const int first = out[0][0];
