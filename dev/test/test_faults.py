@@ -82,11 +82,13 @@ class Faults(xsatest.TempDirTest):
                 self.assert_same_run(reference, out, "%s after %.2f s, then the printed resume command" % (sig.name, delay))
 
     def test_second_signal_exits_at_once(self):
-        # the first SIGTERM arrives during a long optimizer step (32 micro-batches, about 4 s on 2 cores): the
-        # run goes on to finish the step; a second one 1.5 s later must end it at once, killed by the signal
+        # the first SIGTERM arrives during a long optimizer step (128 micro-batches, about 16 s on 2 cores, so
+        # that even a machine several times faster is still inside it 1.5 s later): the run goes on to finish
+        # the step; a second one 1.5 s later must end it at once, killed by the signal (the step is never
+        # finished, so its length costs nothing)
         out = os.path.join(self.dir, "twice")
         p = subprocess.Popen([xsatest.binary("train_gpt_cpu"), "-d", "2", "--dim", "128", "--heads", "2", "-t", "128", "-b", "4",
-                              "-B", "16384", "-n", "2", "--eval-tokens", "512", "--sample-every", "-1", "--core-every", "-1", "-o", out],
+                              "-B", "65536", "-n", "2", "--eval-tokens", "512", "--sample-every", "-1", "--core-every", "-1", "-o", out],
                              cwd=xsatest.REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         time.sleep(1.0)
         p.send_signal(signal.SIGTERM)
