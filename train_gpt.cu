@@ -1745,13 +1745,9 @@ static double evaluate_bpb(GPT* model, DataLoader* val, const Tokenizer* tok, in
 
 // The top token of row `row` of the last forward's logits (first maximum on ties).
 static int gpt_argmax(const GPT* model, size_t row) {
-    const int V = model->config.vocab_size;
-    std::vector<floatX> logits(V);
-    backend_download(logits.data(), model->acts.logits + row * V, V * sizeof(floatX));
-    int best = 0;
-    for (int v = 1; v < V; v++)
-        if ((float)logits[v] > (float)logits[best]) best = v;
-    return best;
+    std::vector<float> logits(model->config.vocab_size);
+    gpt_logits_row(model, row, logits.data());
+    return (int)(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
 static void print_samples(GPT* model, const Tokenizer* tok, int step) {
