@@ -8,8 +8,10 @@
 CXX ?= g++
 # -march=native: the CPU backend's matmul and attention loops are written to be auto-vectorised for the
 # build machine. No -ffast-math: the tests compare with a float64 reference and rely on IEEE semantics
-# (alpha = 0 must be bit-identical to XSA off).
-CXXFLAGS ?= -O3 -march=native -std=c++17 -Wall -Wextra -Werror
+# (alpha = 0 must be bit-identical to XSA off). -fno-trapping-math changes no value (nothing here reads
+# the floating-point exception flags); it lets GCC vectorise loops with comparisons in them, such as
+# expf_simd's range checks (with trapping math it may not turn them into vector selects).
+CXXFLAGS ?= -O3 -march=native -std=c++17 -fno-trapping-math -Wall -Wextra -Werror
 OMPFLAGS = -fopenmp
 # the test, evaluation and benchmark programs include train_gpt.cu as a library and use only part of it
 LIBFLAGS = -Wno-unused-function
@@ -21,7 +23,7 @@ HAS_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1)
 HAS_GPU := $(shell nvidia-smi -L 2>/dev/null | grep -q GPU && echo 1)
 GPU_CC := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '. ')
 CUDA_ARCH ?= $(if $(GPU_CC),sm_$(GPU_CC),sm_90)
-NVCCFLAGS ?= -O3 -std=c++17 -arch=$(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-fopenmp,-march=native -Werror all-warnings
+NVCCFLAGS ?= -O3 -std=c++17 -arch=$(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-fopenmp,-march=native,-fno-trapping-math -Werror all-warnings
 NVCC_LIBFLAGS = -Xcompiler -Wno-unused-function -diag-suppress 177
 # NCCL (train_gpt --ranks N on N GPUs): used when its header is found next to nvcc's or in /usr/include
 NCCL_HEADER := $(firstword $(wildcard $(dir $(shell command -v $(NVCC) 2>/dev/null))../include/nccl.h /usr/include/nccl.h))
@@ -143,13 +145,16 @@ test-all: test_xsa_cpu train_gpt_cpu eval_core sample chat dev/data/bin/tokenize
 dev/bench/bench_fwdbwd: dev/bench/bench_fwdbwd.cu train_gpt.cu $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) -x c++ dev/bench/bench_fwdbwd.cu -o $@
 
-# forward+backward tokens/s of the CPU backend against PyTorch, side by side (needs python3-torch)
-bench: dev/bench/bench_fwdbwd
+dev/bench/bench_cpu_kernels: dev/bench/bench_cpu_kernels.cpp $(HEADERS)
+	$(CXX) $(CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) -I. $< -o $@
+
+# the CPU backend against PyTorch, side by side: kernels and training steps (dev/bench/cpu_vs_torch.sh)
+bench: dev/bench/bench_fwdbwd dev/bench/bench_cpu_kernels
 	bash dev/bench/cpu_vs_torch.sh
 
 clean:
 	rm -rf train_gpt train_gpt_cpu train_gpt_cuda eval_core eval_core_cuda test_xsa_cpu test_xsa_cuda sample chat \
-	       dev/bench/bench_fwdbwd dev/bench/bench_fwdbwd_cuda dev/cuda/bin dev/fuzz/bin dev/fuzz/artifacts build/sanitize dev/data/bin
+	       dev/bench/bench_fwdbwd dev/bench/bench_fwdbwd_cuda dev/bench/bench_cpu_kernels dev/cuda/bin dev/fuzz/bin dev/fuzz/artifacts build/sanitize dev/data/bin
 
 # The CUDA code on the CPU emulator (dev/cuda/emu/README.md), no GPU needed: the emulator's self-test and
 # the quickest kernel harnesses, about 5 minutes on two cores (selftest 20 s, loss 65 s, elementwise 185 s,
@@ -194,7 +199,7 @@ fuzz-seeds: fuzz-build
 # build/sanitize/reports/, which must stay empty (one more check). Ends with "N passed, N failed". About 1 minute
 # on 2 cores once built (the builds: 2.5 minutes with make -j2).
 SAN_DIR = build/sanitize
-SANFLAGS = -O2 -g -march=native -std=c++17 -Wall -Wextra -Werror -fno-omit-frame-pointer \
+SANFLAGS = -O2 -g -march=native -std=c++17 -fno-trapping-math -Wall -Wextra -Werror -fno-omit-frame-pointer \
            -fsanitize=address,undefined -fno-sanitize-recover=undefined
 SAN_BINS = $(SAN_DIR)/train_gpt_cpu $(SAN_DIR)/eval_core $(SAN_DIR)/test_xsa_cpu $(SAN_DIR)/sample $(SAN_DIR)/chat \
            $(SAN_DIR)/dev/data/bin/tokenize

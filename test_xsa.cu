@@ -558,12 +558,12 @@ static void test_attention_finite_differences(int H, int Hkv, int window) {
     for (double& x : q) x *= 2.0;
     std::vector<double> y(q.size()), lse((size_t)B * H * T);
     auto loss = [&]() {
-        attention_forward_cpu(y.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, Hkv, D, window);
+        attention_forward_naive_cpu(y.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, Hkv, D, window);
         return weighted_sum(w, y);
     };
     loss();
     std::vector<double> dq(q.size(), 0.0), dk(k.size(), 0.0), dv(v.size(), 0.0);
-    attention_backward_cpu(dq.data(), dk.data(), dv.data(), w.data(), q.data(), k.data(), v.data(), y.data(), lse.data(), B, T, H,
+    attention_backward_naive_cpu(dq.data(), dk.data(), dv.data(), w.data(), q.data(), k.data(), v.data(), y.data(), lse.data(), B, T, H,
                            Hkv, D, window);
     double eq = fd_error(q, dq, loss), ek = fd_error(k, dk, loss), ev = fd_error(v, dv, loss);
     check(eq <= FD_TOL && ek <= FD_TOL && ev <= FD_TOL,
@@ -1042,6 +1042,64 @@ static void test_gemm_fast_vs_naive(int M, int N, int K) {
           "CPU gemm_cpu, fast vs naive (M %d, N %d, K %d; every transpose, = and +=, padded strides; 1 and 2 threads): worst rel err vs "
           "float64 %.1e (naive fp32 %.1e), worst ratio %.2f <= %.0f; padding %s; 1 vs 2 threads %s",
           M, N, K, e.fast, e.naive, e.ratio, MATMUL_NAIVE_FACTOR, padding_kept ? "untouched" : "WRITTEN", identical ? "bit-identical" : "DIFFER");
+}
+
+// The blocked attention the CPU backend runs (tiles of query rows against strips of keys, GEMMs) against
+// the naive one-row-at-a-time loops, as for the matmuls: both fp32 results against the naive loops in
+// float64, y, lse and the backward's dq, dk, dv (dv accumulated onto random values, as XSA's term is), 1
+// and 2 threads bit-identical. T 150 has a partial last tile; the windows cover one shorter than a tile
+// (the strip's corners are masked), one longer, the full causal window and a token seeing only itself.
+static void test_attention_blocked_vs_naive(int B, int T, int H, int Hkv, int D, int window) {
+    Rng rng{(uint64_t)T * 7919u + H * 31u + Hkv * 7u + D + (uint64_t)window * 104729u};
+    std::vector<float> q = random_floats((size_t)B * T * H * D, &rng), k = random_floats((size_t)B * T * Hkv * D, &rng);
+    const std::vector<float> v = random_floats(k.size(), &rng), dy = random_floats(q.size(), &rng), dv0 = random_floats(k.size(), &rng);
+    for (float& x : q) x *= 2.0f;  // a peaked softmax, as after training
+    struct Outs {
+        std::vector<float> y, lse, dq, dk, dv;
+    };
+    auto run = [&](bool naive) {
+        Outs o{std::vector<float>(q.size()), std::vector<float>((size_t)B * H * T), std::vector<float>(q.size(), 0.0f),
+               std::vector<float>(k.size(), 0.0f), dv0};
+        if (naive) {
+            attention_forward_naive_cpu(o.y.data(), o.lse.data(), q.data(), k.data(), v.data(), B, T, H, Hkv, D, window);
+            attention_backward_naive_cpu(o.dq.data(), o.dk.data(), o.dv.data(), dy.data(), q.data(), k.data(), v.data(), o.y.data(),
+                                         o.lse.data(), B, T, H, Hkv, D, window);
+        } else {
+            attention_forward_cpu(o.y.data(), o.lse.data(), q.data(), k.data(), v.data(), B, T, H, Hkv, D, window);
+            attention_backward_cpu(o.dq.data(), o.dk.data(), o.dv.data(), dy.data(), q.data(), k.data(), v.data(), o.y.data(), o.lse.data(),
+                                   B, T, H, Hkv, D, window);
+        }
+        return o;
+    };
+    const std::vector<double> q_d = as_double(q), k_d = as_double(k), v_d = as_double(v), dy_d = as_double(dy);
+    std::vector<double> y_d(q.size()), lse_d((size_t)B * H * T), dq_d(q.size(), 0.0), dk_d(k.size(), 0.0), dv_d = as_double(dv0);
+    attention_forward_naive_cpu(y_d.data(), lse_d.data(), q_d.data(), k_d.data(), v_d.data(), B, T, H, Hkv, D, window);
+    attention_backward_naive_cpu(dq_d.data(), dk_d.data(), dv_d.data(), dy_d.data(), q_d.data(), k_d.data(), v_d.data(), y_d.data(),
+                                 lse_d.data(), B, T, H, Hkv, D, window);
+
+    const int saved_threads = num_threads();
+    const Outs naive = run(true);
+    MatmulErrors e;
+    bool identical = true;
+    Outs first;
+    for (int threads : {1, 2}) {
+        set_omp_threads(threads);
+        Outs fast = run(false);
+        e.add(fast.y.data(), naive.y.data(), y_d.data(), y_d.size());
+        e.add(fast.lse.data(), naive.lse.data(), lse_d.data(), lse_d.size());
+        e.add(fast.dq.data(), naive.dq.data(), dq_d.data(), dq_d.size());
+        e.add(fast.dk.data(), naive.dk.data(), dk_d.data(), dk_d.size());
+        e.add(fast.dv.data(), naive.dv.data(), dv_d.data(), dv_d.size());
+        if (threads == 1) first = fast;
+        else
+            identical = same_bits(fast.y, first.y) && same_bits(fast.lse, first.lse) && same_bits(fast.dq, first.dq) &&
+                        same_bits(fast.dk, first.dk) && same_bits(fast.dv, first.dv);
+    }
+    set_omp_threads(saved_threads);
+    check(e.ok && identical,
+          "CPU attention, blocked vs naive (B %d, T %d, H %d, Hkv %d, D %d, window %d; y, lse, dq, dk, dv +=; 1 and 2 threads): worst rel "
+          "err vs float64 %.1e (naive fp32 %.1e), worst ratio %.2f <= %.0f; 1 vs 2 threads %s",
+          B, T, H, Hkv, D, window, e.fast, e.naive, e.ratio, MATMUL_NAIVE_FACTOR, identical ? "bit-identical" : "DIFFER");
 }
 
 // ----------------------------------------------------------------------------------------------------
@@ -1560,6 +1618,10 @@ int main(int argc, char** argv) {
     test_matmul_fast_vs_naive(GEMM_MC_MAX + 5, 2 * GEMM_KC + 232, 130);  // several row blocks, K > 2 GEMM_KC, 2 threads at work
     test_matmul_fast_vs_naive(20, 40, GEMM_NC + 3);     // N > GEMM_NC: two column panels, the second of 3 columns
     test_gemm_fast_vs_naive(67, 45, 530);
+    test_attention_blocked_vs_naive(2, 150, 4, 2, 64, 40);     // GQA, a window shorter than a tile, a partial last tile
+    test_attention_blocked_vs_naive(1, 150, 2, 2, 24, 100);    // a window longer than a tile; D not a multiple of 16
+    test_attention_blocked_vs_naive(2, 130, 2, 1, 64, 1000);   // the full causal window
+    test_attention_blocked_vs_naive(1, 70, 2, 2, 16, 1);       // a window of one key before the token
     for (bool adamw_only : {false, true})
         for (float alpha : {0.0f, 1.0f}) test_loss_decreases(adamw_only, alpha);
     test_step_non_finite();

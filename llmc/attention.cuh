@@ -7,10 +7,14 @@
 #pragma once
 
 #include "common.h"
+#include "matmul.cuh"  // gemm_cpu: the blocked CPU attention's tile products
 
 // ----------------------------------------------------------------------------------------------------
-// CPU backend (templated on the scalar type so the tests can check the backward by finite differences
-// in double precision; the model uses float)
+// CPU backend. Read first: attention_forward_naive_cpu and attention_backward_naive_cpu, one query row at a
+// time (templated on the scalar type so that the tests check the backward by finite differences in double
+// precision); then attention_forward_cpu and attention_backward_cpu, the blocked float versions the model
+// runs, which do the same arithmetic a tile of query rows at a time with gemm_cpu and are checked against
+// the naive ones (test_attention_blocked_vs_naive).
 
 // One query row: yi (D) = softmax(scale qi . k_j) weighted sum of v_j over keys j0..i, where key j is
 // at kb + j * stride (and value j at vb + j * stride); scores (>= i + 1) is scratch. Returns the
@@ -39,7 +43,7 @@ static inline real attention_row_cpu(real* yi, const real* qi, const real* kb, c
 
 // q (B, T, H, D), k, v (B, T, Hkv, D) -> y (B, T, H, D), lse (B, H, T)
 template <typename real>
-static inline void attention_forward_cpu(real* y, real* lse, const real* q, const real* k, const real* v,
+static inline void attention_forward_naive_cpu(real* y, real* lse, const real* q, const real* k, const real* v,
                                          int B, int T, int H, int Hkv, int D, int window) {
     const real scale = (real)1 / std::sqrt((real)D);
     const int group = H / Hkv;
@@ -90,7 +94,7 @@ static inline void attention_decode_cpu(real* y, const real* q, const real* k_ca
 // One task per (b, kv head) owns its dk/dv rows and the dq rows of the query heads that read them, so
 // there are no races and the summation order is fixed.
 template <typename real>
-static inline void attention_backward_cpu(real* dq, real* dk, real* dv, const real* dy, const real* q,
+static inline void attention_backward_naive_cpu(real* dq, real* dk, real* dv, const real* dy, const real* q,
                                           const real* k, const real* v, const real* y, const real* lse,
                                           int B, int T, int H, int Hkv, int D, int window) {
     const real scale = (real)1 / std::sqrt((real)D);
@@ -124,6 +128,118 @@ static inline void attention_backward_cpu(real* dq, real* dk, real* dv, const re
                             }
                         }
                     }
+}
+
+// The blocked versions. A task is a tile of ATTN_CPU_TILE query rows i0..i1-1 of one head; the keys any of
+// its rows sees are j_lo = max(i0 - window, 0) .. i1 - 1, a strip of nk <= min(T, window + tile) keys. The
+// tile's scores against the whole strip are one GEMM (the entries a row must not see are then set to 0
+// probability), so a thread holds one (tile, nk) strip of scores, never (T, T); the softmax is exact (two
+// passes over the strip, no online rescaling), and the products with V and the gradients are GEMMs too.
+// A tile of 64 rows keeps a strip within L2 (64 x 2048 floats = 512 KiB at T 2048) while the GEMMs are
+// long enough to run near the micro-kernel's speed; with a short window, the strip's corners outside the
+// window (at most a tile's width) are computed and discarded.
+static constexpr int ATTN_CPU_TILE = 64;
+
+// The key strip of query rows i0..i1-1: first key j_lo, count nk
+static inline void attention_key_strip(int i0, int i1, int window, int* j_lo, int* nk) {
+    *j_lo = i0 - window > 0 ? i0 - window : 0;
+    *nk = i1 - *j_lo;
+}
+
+// floats of one thread's strip buffer: tile rows x the longest strip
+static inline size_t attention_strip_floats(int T, int window) {
+    return (size_t)ATTN_CPU_TILE * (size_t)std::min((long)T, (long)window + ATTN_CPU_TILE);
+}
+
+// q (B, T, H, D), k, v (B, T, Hkv, D) -> y (B, T, H, D), lse (B, H, T), as attention_forward_naive_cpu
+static inline void attention_forward_cpu(float* y, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,
+                                         int Hkv, int D, int window) {
+    const float scale = 1.0f / std::sqrt((float)D);
+    const int group = H / Hkv, tiles = (T + ATTN_CPU_TILE - 1) / ATTN_CPU_TILE;
+    const size_t q_stride = (size_t)H * D, kv_stride = (size_t)Hkv * D;  // from one position to the next
+#pragma omp parallel
+    {
+        std::vector<float> strip(attention_strip_floats(T, window));
+        float* P = strip.data();
+        // dynamic: later tiles see more keys (up to the window), and each task writes only its own rows
+#pragma omp for collapse(3) schedule(dynamic)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++)
+                for (int tile = 0; tile < tiles; tile++) {
+                    const int i0 = tile * ATTN_CPU_TILE, i1 = std::min(i0 + ATTN_CPU_TILE, T), rows = i1 - i0;
+                    int j_lo, nk;
+                    attention_key_strip(i0, i1, window, &j_lo, &nk);
+                    const float* q_tile = q + ((size_t)b * T + i0) * q_stride + (size_t)h * D;
+                    const size_t kv_offset = ((size_t)b * T + j_lo) * kv_stride + (size_t)(h / group) * D;
+                    // P (rows, nk) = q_tile (rows, D) @ k_strip^T
+                    gemm_cpu(P, q_tile, k + kv_offset, rows, nk, D, (int)q_stride, (int)kv_stride, nk, false, true, false);
+                    for (int r = 0; r < rows; r++) {
+                        const int i = i0 + r, lo = std::max(i - window, 0) - j_lo, n = i - j_lo + 1 - lo;  // visible: lo .. lo+n-1
+                        float* p = P + (size_t)r * nk;
+                        for (int j = 0; j < lo; j++) p[j] = 0.0f;
+                        for (int j = i - j_lo + 1; j < nk; j++) p[j] = 0.0f;
+                        float* visible = p + lo;
+                        for (int j = 0; j < n; j++) visible[j] *= scale;
+                        const float row_max = max_lanes(visible, n);
+                        for (int j = 0; j < n; j++) visible[j] = expf_simd(visible[j] - row_max);
+                        const float sum = sum_lanes(visible, n), inv_sum = 1.0f / sum;
+                        for (int j = 0; j < n; j++) visible[j] *= inv_sum;
+                        lse[((size_t)b * H + h) * T + i] = row_max + std::log(sum);
+                    }
+                    // y_tile (rows, D) = P (rows, nk) @ v_strip (nk, D)
+                    gemm_cpu(y + ((size_t)b * T + i0) * q_stride + (size_t)h * D, P, v + kv_offset, rows, D, nk, nk, (int)kv_stride,
+                             (int)q_stride, false, false, false);
+                }
+    }
+}
+
+// The backward of attention_forward_cpu, as attention_backward_naive_cpu (accumulates into dq, dk, dv). Per
+// tile: P recomputed from lse, dP = dy v^T, dS = P (dP - Delta) scale, then dq += dS k, dk += dS^T q,
+// dv += P^T dy, all five products GEMMs. One task per (b, kv head) owns its dk/dv rows (every query head
+// of its group, every tile in turn), so there are no races and the summation order is fixed.
+static inline void attention_backward_cpu(float* dq, float* dk, float* dv, const float* dy, const float* q, const float* k,
+                                          const float* v, const float* y, const float* lse, int B, int T, int H, int Hkv, int D,
+                                          int window) {
+    const float scale = 1.0f / std::sqrt((float)D);
+    const int group = H / Hkv, tiles = (T + ATTN_CPU_TILE - 1) / ATTN_CPU_TILE;
+    const size_t q_stride = (size_t)H * D, kv_stride = (size_t)Hkv * D;
+#pragma omp parallel
+    {
+        std::vector<float> strips(2 * attention_strip_floats(T, window));
+        float* P = strips.data();
+        float* dS = P + strips.size() / 2;
+#pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int kvh = 0; kvh < Hkv; kvh++)
+                for (int h = kvh * group; h < (kvh + 1) * group; h++)
+                    for (int tile = 0; tile < tiles; tile++) {
+                        const int i0 = tile * ATTN_CPU_TILE, i1 = std::min(i0 + ATTN_CPU_TILE, T), rows = i1 - i0;
+                        int j_lo, nk;
+                        attention_key_strip(i0, i1, window, &j_lo, &nk);
+                        const size_t q_offset = ((size_t)b * T + i0) * q_stride + (size_t)h * D;
+                        const size_t kv_offset = ((size_t)b * T + j_lo) * kv_stride + (size_t)kvh * D;
+                        // scores P (rows, nk) = q_tile @ k_strip^T and dS (rows, nk) = dy_tile @ v_strip^T
+                        gemm_cpu(P, q + q_offset, k + kv_offset, rows, nk, D, (int)q_stride, (int)kv_stride, nk, false, true, false);
+                        gemm_cpu(dS, dy + q_offset, v + kv_offset, rows, nk, D, (int)q_stride, (int)kv_stride, nk, false, true, false);
+                        for (int r = 0; r < rows; r++) {
+                            const int i = i0 + r, lo = std::max(i - window, 0) - j_lo, hi = i - j_lo;  // visible: lo .. hi
+                            const size_t row = q_offset + (size_t)r * q_stride;
+                            const float delta = dot_lanes(dy + row, y + row, D), row_lse = lse[((size_t)b * H + h) * T + i];
+                            float* p = P + (size_t)r * nk;
+                            float* ds = dS + (size_t)r * nk;
+                            for (int j = lo; j <= hi; j++) {
+                                p[j] = expf_simd(p[j] * scale - row_lse);
+                                ds[j] = p[j] * (ds[j] - delta) * scale;
+                            }
+                            for (int j = 0; j < lo; j++) p[j] = ds[j] = 0.0f;
+                            for (int j = hi + 1; j < nk; j++) p[j] = ds[j] = 0.0f;
+                        }
+                        // dq_tile (rows, D) += dS @ k_strip; dk_strip (nk, D) += dS^T @ q_tile; dv_strip += P^T @ dy_tile
+                        gemm_cpu(dq + q_offset, dS, k + kv_offset, rows, D, nk, nk, (int)kv_stride, (int)q_stride, false, false, true);
+                        gemm_cpu(dk + kv_offset, dS, q + q_offset, nk, D, rows, nk, (int)q_stride, (int)kv_stride, true, false, true);
+                        gemm_cpu(dv + kv_offset, P, dy + q_offset, nk, D, rows, nk, (int)q_stride, (int)kv_stride, true, false, true);
+                    }
+    }
 }
 
 // ----------------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ same model); the CUDA build feeds dev/gpu_check.sh.
 usage: bench_fwdbwd LAYERS DIM HEADS KV_HEADS HEAD_DIM SEQ_LEN VOCAB BATCH WINDOW_PATTERN SHORT_WINDOW XSA_ALPHA ITERS [XSA_FUSED [GRAPHS [PHASES]]]
 The forward+backward is the trainer's own micro-step (gpt_train_micro_step: a CUDA graph after the first
 two runs unless GRAPHS is 0). Prints its rate ("ours tok/s ... ms/iter ...", median over ITERS after two
-warm-up iterations), the forward alone, the optimizer step, and the rate and MFU (nanochat FLOPs, where
+warm-up iterations), the FLOPs per token it is counted with, the forward alone, the optimizer step, and the rate and MFU (nanochat FLOPs, where
 the GPU's peak is known) of a whole training step as train_gpt runs it: the plan's total batch (nanochat's
 Power Lines rule, as train_gpt picks it) as micro-steps of BATCH x SEQ_LEN, then one optimizer step.
 Then the memory in use. With PHASES 1, last, where a micro-step's time goes: ITERS more micro-steps run
@@ -87,6 +87,7 @@ int main(int argc, char** argv) {
     const double fb = median(fwdbwd_ms), up = median(update_ms), step_ms = accum * fb + up;
     const double step_tok_s = (double)accum * micro_tokens / (step_ms / 1000.0), peak = backend_peak_flops();
     printf("params %zu, batch %d x %d\n", model.num_params, B, c.seq_len);
+    printf("flops/token %.4e (nanochat's: 6 x matmul params + attention)\n", flops_per_token(c));
     printf("ours tok/s %.1f ms/iter %.3f\n", micro_tokens / (fb / 1000.0), fb);
     printf("forward ms %.3f (of the micro-step's %.3f)\n", median(fwd_ms), fb);
     printf("optimizer step ms %.3f\n", up);

@@ -2,6 +2,10 @@
 PyTorch (CPU, float32) timing of forward + backward of the reference model (dev/reference/model.py),
 to compare with the CPU backend on the same model, threads and batch:
     /usr/bin/python3 dev/bench/bench_torch.py --threads 2
+--attention sdpa replaces the reference's attention (which materialises the (T, T) scores with an explicit
+mask, for clarity) with torch's fused F.scaled_dot_product_attention, as a PyTorch user would write it:
+is_causal where the window covers the sequence, else the window's boolean mask. --compile also wraps the
+model in torch.compile (the default inductor backend; its compile time is in the warm-up iterations).
 Last line: "torch tok/s <float> ms/iter <float>" (median over --iters timed iterations).
 """
 import argparse
@@ -13,7 +17,21 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
 import require_torch  # noqa: F401,E402  (one error line where PyTorch is missing)
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+import model as reference  # noqa: E402
 from model import GPT, Config, random_init  # noqa: E402
+
+
+def sdpa_attention(q, k, v, w):
+    """The reference's attention(q, k, v, w) through F.scaled_dot_product_attention (same contract)."""
+    T, H = q.shape[1], q.shape[2]
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, heads, T, D)
+    gqa = dict(enable_gqa=True) if k.shape[2] != H else {}
+    if w >= T - 1:
+        y = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, **gqa)
+    else:
+        y = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=reference.window_mask(T, w), **gqa)
+    return y.transpose(1, 2)
 
 
 def main():
@@ -33,6 +51,8 @@ def main():
     ap.add_argument("--xsa-alpha", type=float, default=0.0)
     ap.add_argument("--xsa-layers", default="auto",
                     help="'auto' (all layers if alpha != 0, else none), 'all', 'none' or a list like 1,3")
+    ap.add_argument("--attention", choices=["reference", "sdpa"], default="reference")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--iters", type=int, default=10)
@@ -60,15 +80,25 @@ def main():
     g = torch.Generator().manual_seed(a.seed + 1)
     idx = torch.randint(0, a.vocab, (a.batch, a.seq_len), generator=g)
     targets = torch.randint(0, a.vocab, (a.batch, a.seq_len), generator=g)
+    if a.attention == "sdpa":
+        # the same model: the loss on this batch must agree with the reference attention's to fp32 rounding
+        with torch.no_grad():
+            want = model(idx, targets)[1].item()
+            reference.attention = sdpa_attention  # CausalSelfAttention.forward looks it up in the module
+            got = model(idx, targets)[1].item()
+        if abs(got - want) > 1e-4 * abs(want):
+            sys.exit(f"error: loss with F.scaled_dot_product_attention {got:.6f} != reference {want:.6f}")
+    step = torch.compile(model) if a.compile else model
     nparams = sum(p.numel() for p in model.parameters())
     print(f"config: {cfg}")
-    print(f"params {nparams:,}, threads {torch.get_num_threads()}, torch {torch.__version__}")
+    print(f"params {nparams:,}, threads {torch.get_num_threads()}, torch {torch.__version__}, attention {a.attention}"
+          f"{', torch.compile' if a.compile else ''}")
 
     times = []
     for it in range(a.warmup + a.iters):
         model.zero_grad(set_to_none=True)
         t0 = time.perf_counter()
-        _, loss = model(idx, targets)
+        _, loss = step(idx, targets)
         loss.backward()
         dt = time.perf_counter() - t0
         if it >= a.warmup:
