@@ -1044,6 +1044,44 @@ static void test_gemm_fast_vs_naive(int M, int N, int K) {
           M, N, K, e.fast, e.naive, e.ratio, MATMUL_NAIVE_FACTOR, padding_kept ? "untouched" : "WRITTEN", identical ? "bit-identical" : "DIFFER");
 }
 
+// expf_simd and tanhf_simd (the loss and the CPU attention use them) against the float64 library functions:
+// every 997th float over their whole working range (about 4.5 million arguments, exp over [-87.3, 88.7],
+// where e^x is a normal float, tanh over [-20, 20]), the worst error in ulp of the correctly rounded
+// result; and the special values: e^-inf = 0, e^+inf = +inf, overflow to +inf, underflow to 0, NaN kept;
+// tanh(+-inf) = +-1, tanh(+-0) = +-0, NaN kept.
+static void test_exp_tanh_simd() {
+    auto ulp_error = [](float got, double want) {
+        const float rounded = (float)want;
+        const double ulp = (double)std::nextafter(std::fabs(rounded), INFINITY) - std::fabs(rounded);
+        return std::fabs((double)got - want) / ulp;
+    };
+    double exp_worst = 0.0, tanh_worst = 0.0;
+    long count = 0;
+    for (auto [lo, hi, is_exp] : {std::tuple<float, float, bool>{-87.3f, 88.7f, true}, {-20.0f, 20.0f, false}}) {
+        // walk the floats in order through their bit patterns: the negatives down from lo's, then the positives up to hi's
+        uint32_t bits_lo, bits_hi;
+        memcpy(&bits_lo, &lo, 4);
+        memcpy(&bits_hi, &hi, 4);
+        auto visit = [&](uint32_t b) {
+            float x;
+            memcpy(&x, &b, 4);
+            count++;
+            if (is_exp) exp_worst = std::max(exp_worst, ulp_error(expf_simd(x), std::exp((double)x)));
+            else if (x != 0.0f) tanh_worst = std::max(tanh_worst, ulp_error(tanhf_simd(x), std::tanh((double)x)));
+        };
+        for (uint32_t b = bits_lo; b > 0x80000000u; b -= b - 0x80000000u > 997 ? 997 : b - 0x80000000u) visit(b);
+        for (uint32_t b = 0; b <= bits_hi; b += 997) visit(b);
+    }
+    const bool specials = expf_simd(-INFINITY) == 0.0f && expf_simd(INFINITY) == INFINITY && expf_simd(89.0f) == INFINITY &&
+                          expf_simd(-110.0f) == 0.0f && std::isnan(expf_simd(NAN)) && expf_simd(0.0f) == 1.0f &&
+                          tanhf_simd(INFINITY) == 1.0f && tanhf_simd(-INFINITY) == -1.0f && tanhf_simd(0.0f) == 0.0f &&
+                          std::signbit(tanhf_simd(-0.0f)) && std::isnan(tanhf_simd(NAN));
+    check(exp_worst <= 2.0 && tanh_worst <= 3.0 && specials,
+          "expf_simd and tanhf_simd vs float64 exp and tanh over %ld arguments: worst %.2f ulp (<= 2) and %.2f ulp (<= 3); special "
+          "values %s",
+          count, exp_worst, tanh_worst, specials ? "right" : "WRONG");
+}
+
 // The blocked attention the CPU backend runs (tiles of query rows against strips of keys, GEMMs) against
 // the naive one-row-at-a-time loops, as for the matmuls: both fp32 results against the naive loops in
 // float64, y, lse and the backward's dq, dk, dv (dv accumulated onto random values, as XSA's term is), 1
@@ -1618,6 +1656,7 @@ int main(int argc, char** argv) {
     test_matmul_fast_vs_naive(GEMM_MC_MAX + 5, 2 * GEMM_KC + 232, 130);  // several row blocks, K > 2 GEMM_KC, 2 threads at work
     test_matmul_fast_vs_naive(20, 40, GEMM_NC + 3);     // N > GEMM_NC: two column panels, the second of 3 columns
     test_gemm_fast_vs_naive(67, 45, 530);
+    test_exp_tanh_simd();
     test_attention_blocked_vs_naive(2, 150, 4, 2, 64, 40);     // GQA, a window shorter than a tile, a partial last tile
     test_attention_blocked_vs_naive(1, 150, 2, 2, 24, 100);    // a window longer than a tile; D not a multiple of 16
     test_attention_blocked_vs_naive(2, 130, 2, 1, 64, 1000);   // the full causal window

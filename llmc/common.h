@@ -322,7 +322,7 @@ static inline float tanhf_simd(float x) {
     p = p * x2 - 17.0f / 315.0f;
     p = p * x2 + 2.0f / 15.0f;
     p = p * x2 - 1.0f / 3.0f;
-    const float small = x + x * x2 * p;
+    const float small = x * (1.0f + x2 * p);  // not x + x x2 p, which turns -0 into +0
     return a < 0.4f ? small : large;  // NaN: a < 0.4 is false, and large is NaN
 }
 
