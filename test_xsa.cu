@@ -949,6 +949,27 @@ static bool same_bits(const std::vector<float>& a, const std::vector<float>& b) 
     return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// Runs run(true) (the naive loops) once and run(false) (the fast kernels) with 1 and 2 threads, and adds the
+// errors of each output (Outs::all(), in the order of truth: the float64 results) to e. Returns whether the
+// two thread counts gave the same bits.
+template <typename Outs, typename Run>
+static bool fast_vs_naive(Run run, const std::vector<const std::vector<double>*>& truth, MatmulErrors* e) {
+    const int saved_threads = num_threads();
+    const Outs naive = run(true);
+    Outs first;
+    bool identical = true;
+    for (int threads : {1, 2}) {
+        set_omp_threads(threads);
+        const Outs fast = run(false);
+        for (size_t o = 0; o < truth.size(); o++) e->add(fast.all()[o]->data(), naive.all()[o]->data(), truth[o]->data(), truth[o]->size());
+        if (threads == 1) first = fast;
+        else
+            for (size_t o = 0; o < truth.size(); o++) identical = identical && same_bits(*fast.all()[o], *first.all()[o]);
+    }
+    set_omp_threads(saved_threads);
+    return identical;
+}
+
 // A Linear layer (M, K) -> (M, N): the forward, the forward with the residual add, the backward with dinp
 // overwritten (and dweight accumulated) and with dinp accumulated (dweight skipped).
 static void test_matmul_fast_vs_naive(int M, int K, int N) {
@@ -958,6 +979,7 @@ static void test_matmul_fast_vs_naive(int M, int K, int N) {
     const std::vector<float> dinp0 = random_floats((size_t)M * K, &rng), dweight0 = random_floats((size_t)N * K, &rng);
     struct Outs {
         std::vector<float> out, out_add, dinp_set, dinp_acc, dweight;
+        std::vector<const std::vector<float>*> all() const { return {&out, &out_add, &dinp_set, &dinp_acc, &dweight}; }
     };
     auto run = [&](bool naive) {
         Outs o{std::vector<float>((size_t)M * N), std::vector<float>((size_t)M * N), std::vector<float>((size_t)M * K, NAN), dinp0, dweight0};
@@ -983,25 +1005,8 @@ static void test_matmul_fast_vs_naive(int M, int K, int N) {
     matmul_backward_naive_cpu(dinp_set_d.data(), dweight_d.data(), dout_d.data(), inp_d.data(), weight_d.data(), M, K, N, GRAD_OVERWRITE);
     matmul_backward_naive_cpu(dinp_acc_d.data(), (double*)nullptr, dout_d.data(), inp_d.data(), weight_d.data(), M, K, N, GRAD_ACCUMULATE);
 
-    const int saved_threads = num_threads();
-    const Outs naive = run(true);
     MatmulErrors e;
-    bool identical = true;
-    Outs first;
-    for (int threads : {1, 2}) {
-        set_omp_threads(threads);
-        Outs fast = run(false);
-        e.add(fast.out.data(), naive.out.data(), out_d.data(), out_d.size());
-        e.add(fast.out_add.data(), naive.out_add.data(), out_add_d.data(), out_add_d.size());
-        e.add(fast.dinp_set.data(), naive.dinp_set.data(), dinp_set_d.data(), dinp_set_d.size());
-        e.add(fast.dinp_acc.data(), naive.dinp_acc.data(), dinp_acc_d.data(), dinp_acc_d.size());
-        e.add(fast.dweight.data(), naive.dweight.data(), dweight_d.data(), dweight_d.size());
-        if (threads == 1) first = fast;
-        else
-            identical = same_bits(fast.out, first.out) && same_bits(fast.out_add, first.out_add) && same_bits(fast.dinp_set, first.dinp_set) &&
-                        same_bits(fast.dinp_acc, first.dinp_acc) && same_bits(fast.dweight, first.dweight);
-    }
-    set_omp_threads(saved_threads);
+    const bool identical = fast_vs_naive<Outs>(run, {&out_d, &out_add_d, &dinp_set_d, &dinp_acc_d, &dweight_d}, &e);
     check(e.ok && identical,
           "CPU matmul, fast vs naive (M %d, K %d, N %d; out, out + residual, dinp = and +=, dweight +=; 1 and 2 threads): worst rel err "
           "vs float64 %.1e (naive fp32 %.1e), worst ratio %.2f <= %.0f; 1 vs 2 threads %s",
@@ -1094,6 +1099,7 @@ static void test_attention_blocked_vs_naive(int B, int T, int H, int Hkv, int D,
     for (float& x : q) x *= 2.0f;  // a peaked softmax, as after training
     struct Outs {
         std::vector<float> y, lse, dq, dk, dv;
+        std::vector<const std::vector<float>*> all() const { return {&y, &lse, &dq, &dk, &dv}; }
     };
     auto run = [&](bool naive) {
         Outs o{std::vector<float>(q.size()), std::vector<float>((size_t)B * H * T), std::vector<float>(q.size(), 0.0f),
@@ -1115,25 +1121,8 @@ static void test_attention_blocked_vs_naive(int B, int T, int H, int Hkv, int D,
     attention_backward_naive_cpu(dq_d.data(), dk_d.data(), dv_d.data(), dy_d.data(), q_d.data(), k_d.data(), v_d.data(), y_d.data(),
                                  lse_d.data(), B, T, H, Hkv, D, window);
 
-    const int saved_threads = num_threads();
-    const Outs naive = run(true);
     MatmulErrors e;
-    bool identical = true;
-    Outs first;
-    for (int threads : {1, 2}) {
-        set_omp_threads(threads);
-        Outs fast = run(false);
-        e.add(fast.y.data(), naive.y.data(), y_d.data(), y_d.size());
-        e.add(fast.lse.data(), naive.lse.data(), lse_d.data(), lse_d.size());
-        e.add(fast.dq.data(), naive.dq.data(), dq_d.data(), dq_d.size());
-        e.add(fast.dk.data(), naive.dk.data(), dk_d.data(), dk_d.size());
-        e.add(fast.dv.data(), naive.dv.data(), dv_d.data(), dv_d.size());
-        if (threads == 1) first = fast;
-        else
-            identical = same_bits(fast.y, first.y) && same_bits(fast.lse, first.lse) && same_bits(fast.dq, first.dq) &&
-                        same_bits(fast.dk, first.dk) && same_bits(fast.dv, first.dv);
-    }
-    set_omp_threads(saved_threads);
+    const bool identical = fast_vs_naive<Outs>(run, {&y_d, &lse_d, &dq_d, &dk_d, &dv_d}, &e);
     check(e.ok && identical,
           "CPU attention, blocked vs naive (B %d, T %d, H %d, Hkv %d, D %d, window %d; y, lse, dq, dk, dv +=; 1 and 2 threads): worst rel "
           "err vs float64 %.1e (naive fp32 %.1e), worst ratio %.2f <= %.0f; 1 vs 2 threads %s",
