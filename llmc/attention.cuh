@@ -179,9 +179,9 @@ static inline void attention_forward_cpu(float* y, float* lse, const float* q, c
                         for (int j = 0; j < lo; j++) p[j] = 0.0f;
                         for (int j = i - j_lo + 1; j < nk; j++) p[j] = 0.0f;
                         float* visible = p + lo;
-                        for (int j = 0; j < n; j++) visible[j] *= scale;
-                        const float row_max = max_lanes(visible, n);
-                        for (int j = 0; j < n; j++) visible[j] = expf_simd(visible[j] - row_max);
+                        // rounding is monotone, so the largest scaled score is the scaled largest score
+                        const float row_max = max_lanes(visible, n) * scale;
+                        for (int j = 0; j < n; j++) visible[j] = expf_simd(visible[j] * scale - row_max);
                         const float sum = sum_lanes(visible, n), inv_sum = 1.0f / sum;
                         for (int j = 0; j < n; j++) visible[j] *= inv_sum;
                         lse[((size_t)b * H + h) * T + i] = row_max + std::log(sum);
