@@ -29,37 +29,34 @@ static const int SHARD_MAGIC = 20240520;
 static const int SHARD_HEADER_INTS = 256;
 static const uint64_t SHARD_HEADER_BYTES = SHARD_HEADER_INTS * sizeof(int32_t);
 
-struct Shard {
-    std::string path;
-    int version = 0;          // 1: uint16 tokens, 2: uint32 tokens
-    uint64_t ntokens = 0;
-    void* map = nullptr;      // the whole file, memory-mapped read-only
-    size_t map_bytes = 0;
-    dev_t dev = 0;            // the file that was mapped, to notice it changing under the run (shard_check)
-    ino_t ino = 0;
-    struct timespec mtime = {};
-    uint32_t token(uint64_t i) const {
-        const uint8_t* data = (const uint8_t*)map + SHARD_HEADER_BYTES;
-        return version == 1 ? ((const uint16_t*)data)[i] : ((const uint32_t*)data)[i];
-    }
-};
-
-// A shard is memory-mapped (shards are large and many; pages are read as the loader reaches them). A file
-// truncated under a mapping turns a read of its lost pages into SIGBUS, so:
-// * shard_open checks the size against the header, and shard_check compares the file with what was
-//   mapped (same inode: same size and modification time) before each chunk of documents is scanned and
-//   before each document is copied into a batch: a shard rewritten or truncated during a run is an error
-//   naming it. (A shard replaced by a new file, e.g. renamed over, leaves the mapping on the old one,
-//   which stays whole.)
-// * a truncation between a check and a read still raises SIGBUS: the handler below names the shard whose
+// A data file memory-mapped read-only: a token shard, or a conversation file for SFT. Such files are large
+// (pages are read as the loader reaches them). A file truncated under a mapping turns a read of its lost
+// pages into SIGBUS, so:
+// * mapped_file_open checks the size against the header (the caller's check), and mapped_file_check
+//   compares the file with what was mapped (same inode: same size and modification time) before each chunk
+//   of documents is scanned and before each document is copied into a batch: a file rewritten or truncated
+//   during a run is an error naming it. (A file replaced by a new one, e.g. renamed over, leaves the
+//   mapping on the old one, which stays whole.)
+// * a truncation between a check and a read still raises SIGBUS: the handler below names the file whose
 //   mapping holds the faulting address, as an `error:` line, and exits 1. A SIGBUS anywhere else keeps
 //   its previous action.
-struct ShardMapping {
+struct MappedFile {
+    std::string path;
+    const char* what = "";    // "shard", "conversation file": how errors name it
+    void* map = nullptr;      // the whole file
+    size_t map_bytes = 0;
+    dev_t dev = 0;            // the file that was mapped, to notice it changing under the run (mapped_file_check)
+    ino_t ino = 0;
+    struct timespec mtime = {};
+};
+
+struct FileMapping {
     const char* begin;
     size_t bytes;
+    const char* what;
     char* path;  // malloc'ed: read by the signal handler
 };
-static std::vector<ShardMapping>& g_shard_mappings = *new std::vector<ShardMapping>;  // never destroyed: the handler may run during exit
+static std::vector<FileMapping>& g_file_mappings = *new std::vector<FileMapping>;  // never destroyed: the handler may run during exit
 static struct sigaction g_sigbus_previous;
 
 static inline void sigbus_write(const char* text) {
@@ -72,14 +69,15 @@ static inline void sigbus_write(const char* text) {
     }
 }
 
-static inline void shard_sigbus_handler(int sig, siginfo_t* info, void* context) {
+static inline void mapped_file_sigbus_handler(int sig, siginfo_t* info, void* context) {
     const char* addr = (const char*)info->si_addr;
-    for (const ShardMapping& m : g_shard_mappings) {
+    for (const FileMapping& m : g_file_mappings) {
         if (addr >= m.begin && addr < m.begin + m.bytes) {
             // one line, async-signal-safe: write(2) and _exit only
             char line[4096] = "error: ";
             size_t n = strlen(line);
-            const char* parts[] = {g_fail_prefix, "shard '", m.path, "' was truncated while this run read it (a shard must not change during a run)\n"};
+            const char* parts[] = {g_fail_prefix, m.what, " '", m.path, "' was truncated while this run read it (a ", m.what,
+                                   " must not change during a run)\n"};
             for (const char* part : parts)
                 for (const char* c = part; *c && n < sizeof line - 2; c++) line[n++] = *c;
             if (line[n - 1] != '\n') line[n++] = '\n';
@@ -94,106 +92,131 @@ static inline void shard_sigbus_handler(int sig, siginfo_t* info, void* context)
     (void)context;
 }
 
-static inline void shard_register(const Shard& s) {
+static inline void mapped_file_register(const MappedFile& f) {
     static bool installed = false;
     if (!installed) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
-        sa.sa_sigaction = shard_sigbus_handler;
+        sa.sa_sigaction = mapped_file_sigbus_handler;
         sa.sa_flags = SA_SIGINFO;
         sigemptyset(&sa.sa_mask);
         sigaction(SIGBUS, &sa, &g_sigbus_previous);
         installed = true;
     }
-    char* path = strdup(s.path.c_str());
-    if (!path) fail("out of memory opening shard '%s'", s.path.c_str());
-    g_shard_mappings.push_back({(const char*)s.map, s.map_bytes, path});
+    char* path = strdup(f.path.c_str());
+    if (!path) fail("out of memory opening %s '%s'", f.what, f.path.c_str());
+    g_file_mappings.push_back({(const char*)f.map, f.map_bytes, f.what, path});
 }
 
-static inline void shard_unregister(const Shard& s) {
-    for (size_t i = 0; i < g_shard_mappings.size(); i++)
-        if (g_shard_mappings[i].begin == (const char*)s.map) {
-            char* path = g_shard_mappings[i].path;
-            g_shard_mappings.erase(g_shard_mappings.begin() + i);
+static inline void mapped_file_unregister(const MappedFile& f) {
+    for (size_t i = 0; i < g_file_mappings.size(); i++)
+        if (g_file_mappings[i].begin == (const char*)f.map) {
+            char* path = g_file_mappings[i].path;
+            g_file_mappings.erase(g_file_mappings.begin() + i);
             free(path);
             return;
         }
 }
 
-// Maps a shard and checks its header against the file size. Token ids are checked as they are read.
-static inline Shard shard_open(const std::string& path) {
-    Shard s;
-    s.path = path;
+// Opens `path` (a `what`), reads its first header_bytes into `header` (shorter is an error), lets
+// check_header(file_bytes) refuse a header that does not fit the file (before anything is mapped, so a
+// failure leaks nothing), then maps the whole file.
+template <typename CheckHeader>
+static inline void mapped_file_open(MappedFile* f, const std::string& path, const char* what, void* header, size_t header_bytes,
+                                    CheckHeader check_header) {
+    f->path = path;
+    f->what = what;
     int fd = open(path.c_str(), O_RDONLY);
-    if (fd < 0) fail("cannot open shard '%s': %s", path.c_str(), strerror(errno));
+    if (fd < 0) fail("cannot open %s '%s': %s", what, path.c_str(), strerror(errno));
     struct FdCloser {  // closed on every return and every fail() (which throws in the fuzz build)
         int fd;
         ~FdCloser() { close(fd); }
     } closer{fd};
     struct stat st;
-    if (fstat(fd, &st) != 0) fail("cannot stat shard '%s': %s", path.c_str(), strerror(errno));
-    if (!S_ISREG(st.st_mode)) fail("shard '%s' is not a regular file", path.c_str());
+    if (fstat(fd, &st) != 0) fail("cannot stat %s '%s': %s", what, path.c_str(), strerror(errno));
+    if (!S_ISREG(st.st_mode)) fail("%s '%s' is not a regular file", what, path.c_str());
     const uint64_t file_bytes = (uint64_t)st.st_size;
-    if (file_bytes < SHARD_HEADER_BYTES)
-        fail("shard '%s' is truncated: %llu bytes, shorter than its 1024-byte header", path.c_str(), (unsigned long long)file_bytes);
-    int32_t header[SHARD_HEADER_INTS];
-    if (pread(fd, header, SHARD_HEADER_BYTES, 0) != (ssize_t)SHARD_HEADER_BYTES) fail("cannot read shard '%s': %s", path.c_str(), strerror(errno));
-    if (header[0] != SHARD_MAGIC) fail("'%s' is not a token shard (magic %d, expected %d)", path.c_str(), header[0], SHARD_MAGIC);
-    if (header[1] != 1 && header[1] != 2) fail("shard '%s' has version %d; this build reads 1 (uint16) and 2 (uint32)", path.c_str(), header[1]);
-    s.version = header[1];
-    s.ntokens = (uint64_t)(uint32_t)header[2] | ((uint64_t)(uint32_t)header[3] << 32);
-    const uint64_t bytes_per_token = s.version == 1 ? 2 : 4;
-    // compared by division: ntokens * bytes_per_token would wrap for a header claiming 2^63 tokens
-    const uint64_t data_bytes = file_bytes - SHARD_HEADER_BYTES;
-    if (data_bytes % bytes_per_token != 0 || s.ntokens != data_bytes / bytes_per_token)
-        fail("shard '%s' is truncated or corrupt: its header promises %llu tokens of %llu bytes, the file has %llu bytes after its 1024-byte header",
-             path.c_str(), (unsigned long long)s.ntokens, (unsigned long long)bytes_per_token, (unsigned long long)data_bytes);
-    if (s.ntokens == 0) fail("shard '%s' holds no tokens", path.c_str());
-    if (file_bytes > (uint64_t)SIZE_MAX) fail("shard '%s' is too large to map", path.c_str());
-    s.map_bytes = (size_t)file_bytes;
-    s.dev = st.st_dev;
-    s.ino = st.st_ino;
-    s.mtime = st.st_mtim;
+    if (file_bytes < header_bytes)
+        fail("%s '%s' is truncated: %llu bytes, shorter than its %zu-byte header", what, path.c_str(), (unsigned long long)file_bytes, header_bytes);
+    if (pread(fd, header, header_bytes, 0) != (ssize_t)header_bytes) fail("cannot read %s '%s': %s", what, path.c_str(), strerror(errno));
+    check_header(file_bytes);
+    if (file_bytes > (uint64_t)SIZE_MAX) fail("%s '%s' is too large to map", what, path.c_str());
+    f->map_bytes = (size_t)file_bytes;
+    f->dev = st.st_dev;
+    f->ino = st.st_ino;
+    f->mtime = st.st_mtim;
 #ifdef XSA_FUZZ
-    // the fuzz build (dev/fuzz/) reads the shard into the heap, where ASan reports any read past its end
+    // the fuzz build (dev/fuzz/) reads the file into the heap, where ASan reports any read past its end
     // (past a mapping it sees nothing: the next pages may belong to anything)
-    s.map = malloc(s.map_bytes);
-    if (s.map == nullptr || pread(fd, s.map, s.map_bytes, 0) != (ssize_t)s.map_bytes) {
-        free(s.map);
-        s.map = nullptr;
-        fail("cannot read shard '%s'", path.c_str());
+    f->map = malloc(f->map_bytes);
+    if (f->map == nullptr || pread(fd, f->map, f->map_bytes, 0) != (ssize_t)f->map_bytes) {
+        free(f->map);
+        f->map = nullptr;
+        fail("cannot read %s '%s'", what, path.c_str());
     }
 #else
-    s.map = mmap(nullptr, s.map_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (s.map == MAP_FAILED) {
-        s.map = nullptr;
-        fail("cannot map shard '%s': %s", path.c_str(), strerror(errno));
+    f->map = mmap(nullptr, f->map_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (f->map == MAP_FAILED) {
+        f->map = nullptr;
+        fail("cannot map %s '%s': %s", what, path.c_str(), strerror(errno));
     }
 #endif
-    shard_register(s);
+    mapped_file_register(*f);
+}
+
+static inline void mapped_file_close(MappedFile* f) {
+    if (f->map) {
+        mapped_file_unregister(*f);
+#ifdef XSA_FUZZ
+        free(f->map);
+#else
+        munmap(f->map, f->map_bytes);
+#endif
+    }
+    f->map = nullptr;
+}
+
+// The file must still be the one mapped, unchanged (see above); a stat costs about a microsecond.
+static inline void mapped_file_check(const MappedFile& f) {
+    struct stat st;
+    if (stat(f.path.c_str(), &st) != 0 || st.st_dev != f.dev || st.st_ino != f.ino) return;  // gone or replaced: the mapping holds the old file
+    if ((uint64_t)st.st_size != f.map_bytes || st.st_mtim.tv_sec != f.mtime.tv_sec || st.st_mtim.tv_nsec != f.mtime.tv_nsec)
+        fail("%s '%s' changed while this run reads it (%zu bytes when opened, now %llu); a %s must not change during a run", f.what,
+             f.path.c_str(), f.map_bytes, (unsigned long long)st.st_size, f.what);
+}
+
+// A token shard (layout at the top of this file)
+struct Shard : MappedFile {
+    int version = 0;          // 1: uint16 tokens, 2: uint32 tokens
+    uint64_t ntokens = 0;
+    uint32_t token(uint64_t i) const {
+        const uint8_t* data = (const uint8_t*)map + SHARD_HEADER_BYTES;
+        return version == 1 ? ((const uint16_t*)data)[i] : ((const uint32_t*)data)[i];
+    }
+};
+
+// Maps a shard and checks its header against the file size. Token ids are checked as they are read.
+static inline Shard shard_open(const std::string& path) {
+    Shard s;
+    int32_t header[SHARD_HEADER_INTS];
+    mapped_file_open(&s, path, "shard", header, SHARD_HEADER_BYTES, [&](uint64_t file_bytes) {
+        if (header[0] != SHARD_MAGIC) fail("'%s' is not a token shard (magic %d, expected %d)", path.c_str(), header[0], SHARD_MAGIC);
+        if (header[1] != 1 && header[1] != 2) fail("shard '%s' has version %d; this build reads 1 (uint16) and 2 (uint32)", path.c_str(), header[1]);
+        s.version = header[1];
+        s.ntokens = (uint64_t)(uint32_t)header[2] | ((uint64_t)(uint32_t)header[3] << 32);
+        const uint64_t bytes_per_token = s.version == 1 ? 2 : 4;
+        // compared by division: ntokens * bytes_per_token would wrap for a header claiming 2^63 tokens
+        const uint64_t data_bytes = file_bytes - SHARD_HEADER_BYTES;
+        if (data_bytes % bytes_per_token != 0 || s.ntokens != data_bytes / bytes_per_token)
+            fail("shard '%s' is truncated or corrupt: its header promises %llu tokens of %llu bytes, the file has %llu bytes after its 1024-byte header",
+                 path.c_str(), (unsigned long long)s.ntokens, (unsigned long long)bytes_per_token, (unsigned long long)data_bytes);
+        if (s.ntokens == 0) fail("shard '%s' holds no tokens", path.c_str());
+    });
     return s;
 }
 
-static inline void shard_close(Shard* s) {
-    if (s->map) {
-        shard_unregister(*s);
-#ifdef XSA_FUZZ
-        free(s->map);
-#else
-        munmap(s->map, s->map_bytes);
-#endif
-    }
-    s->map = nullptr;
-}
-
-// The shard's file must still be the one mapped, unchanged (see above); a stat costs about a microsecond.
-static inline void shard_check(const Shard& s) {
-    struct stat st;
-    if (stat(s.path.c_str(), &st) != 0 || st.st_dev != s.dev || st.st_ino != s.ino) return;  // gone or replaced: the mapping holds the old file
-    if ((uint64_t)st.st_size != s.map_bytes || st.st_mtim.tv_sec != s.mtime.tv_sec || st.st_mtim.tv_nsec != s.mtime.tv_nsec)
-        fail("shard '%s' changed while this run reads it (%zu bytes when opened, now %llu); a shard must not change during a run",
-             s.path.c_str(), s.map_bytes, (unsigned long long)st.st_size);
-}
+static inline void shard_close(Shard* s) { mapped_file_close(s); }
+static inline void shard_check(const Shard& s) { mapped_file_check(s); }
 
 // The files matching a glob pattern, sorted (glob sorts); possibly none.
 static inline std::vector<std::string> matching_files(const std::string& pattern) {
@@ -398,4 +421,210 @@ static inline void dataloader_restore(DataLoader* dl, const std::vector<int64_t>
     dl->doc_in_shard = (uint64_t)s[2];
     dl->epoch = s[3];
     dl->buffer = buffer;
+}
+
+// ----------------------------------------------------------------------------------------------------
+// Conversations for SFT (dev/docs/data.md#sft): the conversation files of dev/data/sft.py and nanochat's
+// chat_sft packing of them.
+//
+// File layout: int32 header[256]: [0] = 20261202 (magic), [1] = 1 (version), [2], [3] = conversations C
+// (low, high 32 bits), [4], [5] = tokens N (low, high), [6] = the tokenizer's vocabulary size, [7] its BOS
+// id, [8] the max_tokens the conversations were cropped to; then uint64 offsets[C + 1] (conversation c is
+// tokens[offsets[c] .. offsets[c + 1])), uint32 tokens[N], uint8 mask[N] (1: the model learns to predict
+// this token: the assistant's words, nanochat's render_conversation mask). Each conversation starts with BOS.
+//
+// Packing (nanochat's sft_data_generator_bos_bestfit), per row of T+1 tokens: keep a buffer of 100
+// conversations (refilled one at a time, rank r fetching conversations r, r+W, r+2W, .. and wrapping around
+// for another epoch); put in the longest conversation that fits (the first of equal length); when none
+// fits, pad the rest of the row with BOS, masked. Nothing is cropped: a conversation longer than a row
+// (never at nanochat's T = 2048 with its max_tokens = 2048) is cut to the row's T+1 tokens when fetched.
+// inputs = row[0:T], targets = row[1:T+1], with IGNORE_INDEX where the target's mask is 0. The pass ends
+// (last_batch) with the batch that takes the file's last conversation (counted as nanochat counts:
+// `consumed` starts at the rank and grows by W per conversation), or with batch -n when -n is given.
+
+static const int CONVERSATION_MAGIC = 20261202;
+
+struct ConversationFile : MappedFile {
+    uint64_t count = 0, ntokens = 0;
+    int vocab_size = 0, bos_id = 0, max_tokens = 0;
+    const uint64_t* offsets() const { return (const uint64_t*)((const char*)map + SHARD_HEADER_BYTES); }
+    const uint32_t* tokens() const { return (const uint32_t*)(offsets() + count + 1); }
+    const uint8_t* mask() const { return (const uint8_t*)(tokens() + ntokens); }
+};
+
+// Maps a conversation file and checks its header against the file's size and the tokenizer (vocab_size,
+// bos_id). Conversations are checked as they are fetched (conversation_span).
+static inline void conversation_file_open(ConversationFile* f, const std::string& path, int vocab_size, int bos_id) {
+    int32_t header[SHARD_HEADER_INTS];
+    mapped_file_open(f, path, "conversation file", header, SHARD_HEADER_BYTES, [&](uint64_t file_bytes) {
+        if (header[0] != CONVERSATION_MAGIC)
+            fail("'%s' is not a conversation file (magic %d, expected %d; dev/data/sft.py writes them)", path.c_str(), header[0], CONVERSATION_MAGIC);
+        if (header[1] != 1) fail("conversation file '%s' has version %d; this build reads 1", path.c_str(), header[1]);
+        f->count = (uint64_t)(uint32_t)header[2] | ((uint64_t)(uint32_t)header[3] << 32);
+        f->ntokens = (uint64_t)(uint32_t)header[4] | ((uint64_t)(uint32_t)header[5] << 32);
+        f->vocab_size = header[6];
+        f->bos_id = header[7];
+        f->max_tokens = header[8];
+        const uint64_t body = file_bytes - SHARD_HEADER_BYTES;  // = 8 (C + 1) + 5 N, compared without overflow
+        if (f->count == 0) fail("conversation file '%s' holds no conversations", path.c_str());
+        if (f->count > body / 8 || f->ntokens > body / 5 || 8 * (f->count + 1) + 5 * f->ntokens != body)
+            fail("conversation file '%s' is truncated or corrupt: its header promises %llu conversations of %llu tokens in all, which take %s bytes "
+                 "after the 1024-byte header; the file has %llu", path.c_str(), (unsigned long long)f->count, (unsigned long long)f->ntokens,
+                 f->count > body / 8 || f->ntokens > body / 5 ? "more" : std::to_string(8 * (f->count + 1) + 5 * f->ntokens).c_str(),
+                 (unsigned long long)body);
+        if (f->vocab_size != vocab_size || f->bos_id != bos_id)
+            fail("conversation file '%s' was written with a tokenizer of %d tokens and BOS %d; this model's has %d and BOS %d (prepare it with the "
+                 "model's tokenizer)", path.c_str(), f->vocab_size, f->bos_id, vocab_size, bos_id);
+    });
+}
+
+struct ConversationSpan {
+    uint64_t index;  // which conversation
+    uint64_t start;  // index of its first token
+    int length;      // tokens, after the cut to a row
+};
+
+// Conversation c as the packer uses it (at most max_length tokens), checked: its offsets in order and in
+// the file, BOS first, ids in the vocabulary, mask values 0 or 1 (once, when it is fetched).
+static inline ConversationSpan conversation_span(const ConversationFile& f, uint64_t c, int max_length) {
+    mapped_file_check(f);
+    const uint64_t begin = f.offsets()[c], end = f.offsets()[c + 1];
+    if (begin >= end || end > f.ntokens || (c == 0 && begin != 0))
+        fail("conversation file '%s' is corrupt: conversation %llu spans tokens [%llu, %llu) of %llu", f.path.c_str(), (unsigned long long)c,
+             (unsigned long long)begin, (unsigned long long)end, (unsigned long long)f.ntokens);
+    const uint32_t* tokens = f.tokens();
+    if (tokens[begin] != (uint32_t)f.bos_id)
+        fail("conversation file '%s': conversation %llu starts with token %u, not BOS (%d)", f.path.c_str(), (unsigned long long)c, tokens[begin], f.bos_id);
+    const int length = (int)std::min<uint64_t>(end - begin, (uint64_t)max_length);
+    for (int i = 0; i < length; i++)
+        if (tokens[begin + i] >= (uint32_t)f.vocab_size || f.mask()[begin + i] > 1)
+            fail("conversation file '%s': conversation %llu has token id %u or mask value %u at position %d (ids must be < %d, masks 0 or 1)",
+                 f.path.c_str(), (unsigned long long)c, tokens[begin + i], f.mask()[begin + i], i, f.vocab_size);
+    return {c, begin, length};
+}
+
+struct SftLoader {
+    ConversationFile file;
+    int B = 0, T = 0;
+    int rank = 0, world = 1;
+    int buffer_target = 100;    // conversations kept to choose from (nanochat: 100)
+    long num_batches = -1;      // -n: the pass ends after this many batches (training only); -1: after one epoch
+    // state (checkpoints): the next conversation to fetch, the conversations taken into rows (from `rank`, W
+    // each), the epoch of the fetch position, the batches made, and the buffered conversations
+    uint64_t cursor = 0, consumed = 0;
+    int64_t epoch = 1, batches = 0;
+    std::vector<ConversationSpan> buffer;  // checked when fetched (conversation_span)
+    // after each batch
+    bool last_batch = false;    // nanochat's last_step: this batch took the last conversation of the pass
+    double progress = 0.0;      // batches / num_batches with -n, else consumed / conversations
+    std::vector<int> inputs, targets;  // (B, T) of the last batch
+    std::vector<int> row;              // (T + 1) scratch
+    std::vector<uint8_t> row_mask;     // (T + 1) scratch
+};
+
+static inline void dataloader_reset(SftLoader* dl) {
+    dl->cursor = dl->consumed = (uint64_t)dl->rank;
+    dl->epoch = 1;
+    dl->batches = 0;
+    dl->buffer.clear();
+    dl->last_batch = false;
+    dl->progress = 0.0;
+}
+
+static inline void sft_loader_init(SftLoader* dl, const std::string& path, int vocab_size, int bos_id, int B, int T, int rank, int world,
+                                   long num_batches) {
+    *dl = SftLoader();
+    conversation_file_open(&dl->file, path, vocab_size, bos_id);
+    dl->B = B;
+    dl->T = T;
+    dl->rank = rank;
+    dl->world = world;
+    dl->num_batches = num_batches;
+    dl->inputs.resize((size_t)B * T);
+    dl->targets.resize((size_t)B * T);
+    dl->row.resize((size_t)T + 1);
+    dl->row_mask.resize((size_t)T + 1);
+    dataloader_reset(dl);
+}
+
+static inline void dataloader_free(SftLoader* dl) {
+    mapped_file_close(&dl->file);
+    *dl = SftLoader();
+}
+
+// Packs the next B rows into dl->inputs and dl->targets (B, T), and updates last_batch and progress.
+static inline void dataloader_next_batch(SftLoader* dl) {
+    const ConversationFile& f = dl->file;
+    const int capacity = dl->T + 1;
+    for (int b = 0; b < dl->B; b++) {
+        int filled = 0;
+        while (filled < capacity) {
+            while ((int)dl->buffer.size() < dl->buffer_target) {
+                dl->buffer.push_back(conversation_span(f, dl->cursor, capacity));
+                dl->cursor += (uint64_t)dl->world;
+                if (dl->cursor >= f.count) {
+                    dl->cursor %= f.count;
+                    dl->epoch++;
+                }
+            }
+            const int remaining = capacity - filled;
+            int best = -1, best_length = 0;
+            for (int i = 0; i < (int)dl->buffer.size(); i++) {
+                const int length = dl->buffer[i].length;
+                if (length <= remaining && length > best_length) best = i, best_length = length;
+            }
+            if (best < 0) {  // none fits: pad, masked
+                std::fill(dl->row.begin() + filled, dl->row.end(), f.bos_id);
+                std::fill(dl->row_mask.begin() + filled, dl->row_mask.end(), 0);
+                break;
+            }
+            const ConversationSpan span = dl->buffer[best];
+            mapped_file_check(f);
+            dl->buffer.erase(dl->buffer.begin() + best);
+            dl->consumed += (uint64_t)dl->world;
+            for (int i = 0; i < span.length; i++) {
+                dl->row[filled + i] = (int)f.tokens()[span.start + i];
+                dl->row_mask[filled + i] = f.mask()[span.start + i];
+            }
+            filled += span.length;
+        }
+        for (int t = 0; t < dl->T; t++) {
+            dl->inputs[(size_t)b * dl->T + t] = dl->row[t];
+            dl->targets[(size_t)b * dl->T + t] = dl->row_mask[t + 1] ? dl->row[t + 1] : IGNORE_INDEX;
+        }
+    }
+    dl->batches++;
+    if (dl->num_batches > 0 && dl->batches >= dl->num_batches) dl->last_batch = true;
+    if (dl->consumed >= f.count) dl->last_batch = true;
+    dl->progress = dl->num_batches > 0 ? (double)dl->batches / dl->num_batches : (double)dl->consumed / f.count;
+}
+
+// The state as integers, for checkpoints: cursor, consumed, epoch, batches, then the buffered conversations.
+static inline std::vector<int64_t> dataloader_state(const SftLoader* dl) {
+    std::vector<int64_t> s = {(int64_t)dl->cursor, (int64_t)dl->consumed, dl->epoch, dl->batches, (int64_t)dl->buffer.size()};
+    for (const ConversationSpan& c : dl->buffer) s.push_back((int64_t)c.index);
+    return s;
+}
+
+// Restores a state from a checkpoint (`source` names it), checked against the file; last_batch and
+// progress are those of the batch the state was saved after.
+static inline void dataloader_restore(SftLoader* dl, const std::vector<int64_t>& s, const char* source) {
+    auto bad = [&](const char* what) {
+        fail("%s: the SFT loader state does not match '%s' (%s; a different conversation file?)", source, dl->file.path.c_str(), what);
+    };
+    const int64_t count = (int64_t)dl->file.count;
+    if (s.size() < 5 || s[4] < 0 || s.size() != 5 + (size_t)s[4]) bad("wrong length");
+    if (s[0] < 0 || s[0] >= count || s[1] < 0 || s[2] < 1 || s[3] < 0) bad("position out of range");
+    std::vector<ConversationSpan> buffer;
+    for (size_t i = 5; i < s.size(); i++) {
+        if (s[i] < 0 || s[i] >= count) bad("a buffered conversation is out of range");
+        buffer.push_back(conversation_span(dl->file, (uint64_t)s[i], dl->T + 1));
+    }
+    dl->cursor = (uint64_t)s[0];
+    dl->consumed = (uint64_t)s[1];
+    dl->epoch = s[2];
+    dl->batches = s[3];
+    dl->buffer = buffer;
+    dl->last_batch = (dl->num_batches > 0 && dl->batches >= dl->num_batches) || dl->consumed >= (uint64_t)count;
+    dl->progress = dl->num_batches > 0 ? (double)dl->batches / dl->num_batches : (double)dl->consumed / count;
 }

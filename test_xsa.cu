@@ -772,7 +772,7 @@ static void test_optimizer_trajectory(const std::string& path) {
         gpt_zero_grad(&model);
         float loss = gpt_forward(&model, idx + it * N, targets + it * N, B, T);
         gpt_backward(&model, 1.0f);
-        optimizer_step(&opt, &model);
+        optimizer_step(&opt, &model, base_schedule(opt.config, opt.step));
         worst_loss = std::max(worst_loss, fabs((double)loss - ref_losses[it]) / fabs((double)ref_losses[it]));
     }
     check(worst_loss <= TRAJ_LOSS_TOL && worst_sched <= 1e-6, "%s: %d steps, worst loss rel err %.1e <= %.0e, schedules within %.1e", path.c_str(),
@@ -1159,7 +1159,7 @@ static void test_loss_decreases(bool adamw_only, float alpha) {
         gpt_zero_grad(&model);
         losses.push_back(gpt_forward(&model, tokens.data(), tokens.data() + 1, 2, 32));
         gpt_backward(&model, 1.0f);
-        optimizer_step(&opt, &model);
+        optimizer_step(&opt, &model, base_schedule(opt.config, opt.step));
     }
     int increases = 0;
     for (size_t i = 1; i < losses.size(); i++) increases += losses[i] >= losses[i - 1];
@@ -1368,6 +1368,114 @@ static void test_bpb_by_hand() {
     double bpb = nats / (log(2.0) * bytes);
     // by hand: (1 + 0.5 + 3) nats / (ln 2 x 6 bytes) = 0.75 / 0.693147 = 1.082021
     check(fabs(bpb - 1.0820212806) < 1e-9 && nats == 4.5 && bytes == 6.0, "bits per byte: %.10f (by hand 1.0820212806), BOS target excluded", bpb);
+    // an ignored target (SFT's mask) counts in neither sum, whatever its loss
+    const float losses_sft[5] = {1.0f, 2.0f, 0.5f, 3.0f, 7.0f};
+    const int targets_sft[5] = {5, 1, IGNORE_INDEX, 9, IGNORE_INDEX};
+    nats = bytes = 0.0;
+    bpb_accumulate(&nats, &bytes, losses_sft, targets_sft, 5, token_bytes);
+    check(nats == 4.0 && bytes == 5.0, "bits per byte: ignored targets excluded (%.1f nats, %.1f bytes; by hand 4.0 and 5.0)", nats, bytes);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// 12b. SFT: nanochat's best-fit packing of conversations with padding, worked out by hand
+
+// A conversation file (dataloader.h) of conversations c = 0, 1, ..: BOS (0) then lengths[c] - 1 tokens
+// 10 c + 1, 10 c + 2, .., with mask 1 on the even positions
+static void write_conversations(const std::string& path, const std::vector<int>& lengths, int vocab) {
+    std::vector<uint64_t> offsets = {0};
+    std::vector<uint32_t> tokens;
+    std::vector<uint8_t> mask;
+    for (size_t c = 0; c < lengths.size(); c++) {
+        for (int i = 0; i < lengths[c]; i++) {
+            tokens.push_back(i == 0 ? 0 : (uint32_t)(10 * c + i));
+            mask.push_back(i > 0 && i % 2 == 0);
+        }
+        offsets.push_back(tokens.size());
+    }
+    int32_t header[256] = {CONVERSATION_MAGIC, 1, (int32_t)lengths.size(), 0, (int32_t)tokens.size(), 0, vocab, 0, 2048};
+    FILE* f = fopen_or_fail(path.c_str(), "wb");
+    fwrite(header, sizeof header, 1, f);
+    fwrite(offsets.data(), sizeof(uint64_t), offsets.size(), f);
+    fwrite(tokens.data(), sizeof(uint32_t), tokens.size(), f);
+    fwrite(mask.data(), 1, mask.size(), f);
+    fclose(f);
+}
+
+static void test_sft_packing() {
+    const std::string path = tmp_path("conversations.bin");
+    write_conversations(path, {5, 3, 7, 2, 9, 4}, 100);  // c0 .. c5
+    SftLoader dl;
+    sft_loader_init(&dl, path, 100, 0, 2, 8, 0, 1, -1);  // rows of 2 x (8 + 1)
+    dl.buffer_target = 3;
+    // by hand (buffer of 3, refilled one at a time; the longest that fits; none fits: pad):
+    //   batch 1, row 0: buffer c0 c1 c2 -> c2 (7); + c3 -> c3 (2) fills the row
+    //            row 1: buffer c0 c1 c4 -> c4 (9)                      (consumed 3 of 6: progress 0.5)
+    //   batch 2, row 0: + c5 (the fetch wraps: epoch 2) -> c0 (5); + c0 again -> c5 (4)
+    //            row 1: + c1 -> c0 (5); + c2 -> c1 (3, the first of the two); + c3 -> nothing fits 1: a BOS, masked
+    //   consumed 7 >= 6: the epoch's last batch
+    const int c0[] = {0, 1, 2, 3, 4}, c1[] = {0, 11, 12}, c2[] = {0, 21, 22, 23, 24, 25, 26}, c3[] = {0, 31}, c4[] = {0, 41, 42, 43, 44, 45, 46, 47, 48},
+              c5[] = {0, 51, 52, 53};
+    auto row_of = [](std::initializer_list<std::pair<const int*, int>> parts) {
+        std::vector<int> row;
+        for (auto [p, n] : parts) row.insert(row.end(), p, p + n);
+        return row;
+    };
+    const std::vector<std::vector<int>> rows = {row_of({{c2, 7}, {c3, 2}}), row_of({{c4, 9}}), row_of({{c0, 5}, {c5, 4}}), row_of({{c0, 5}, {c1, 3}, {c0, 1}})};
+    // targets: the next token where its mask is 1 (even positions inside a conversation), else ignored
+    auto masked = [](int token) { return token != 0 && (token % 10) % 2 == 0; };
+    std::vector<int64_t> state_after_first;
+    std::vector<int> second_inputs, second_targets;
+    bool all_equal = true, flags_right = true;
+    for (int batch = 0; batch < 2; batch++) {
+        dataloader_next_batch(&dl);
+        for (int r = 0; r < 2; r++) {
+            const std::vector<int>& row = rows[batch * 2 + r];
+            for (int t = 0; t < 8; t++) {
+                const int want_target = t + 1 == 8 && batch == 1 && r == 1 ? IGNORE_INDEX : masked(row[t + 1]) ? row[t + 1] : IGNORE_INDEX;
+                all_equal &= dl.inputs[r * 8 + t] == row[t] && dl.targets[r * 8 + t] == want_target;
+            }
+        }
+        if (batch == 0) {
+            flags_right &= !dl.last_batch && dl.progress == 0.5 && dl.epoch == 1;
+            state_after_first = dataloader_state(&dl);
+        } else {
+            flags_right &= dl.last_batch && dl.epoch == 2 && dl.consumed == 7;
+            second_inputs = dl.inputs;
+            second_targets = dl.targets;
+        }
+    }
+    check(all_equal && flags_right, "SFT packing: 4 rows of 6 hand-made conversations exactly as worked out by hand (inputs, masked "
+          "targets, padding), the epoch's end after batch 2");
+    SftLoader fresh = dl;
+    dataloader_reset(&fresh);
+    check(sft_epoch_steps(&fresh, 1) == 1 && sft_epoch_steps(&fresh, 2) == 1,
+          "SFT epoch: the last conversation taken by batch 2 -> 1 step of 1 or 2 micro-batches (nanochat draws one batch ahead)");
+    SftLoader again;
+    sft_loader_init(&again, path, 100, 0, 2, 8, 0, 1, -1);
+    again.buffer_target = 3;
+    dataloader_restore(&again, state_after_first, "test");
+    dataloader_next_batch(&again);
+    check(again.inputs == second_inputs && again.targets == second_targets && again.last_batch,
+          "SFT loader: restoring the saved state reproduces the next batch exactly");
+    // rank 1 of 2 fetches c1, c3, c5, c1, c3, ..: buffer c1 c3 c5 -> c5 (4); + c1 -> c1 (3); + c3 -> c3 (2) fills the row
+    SftLoader rank1;
+    sft_loader_init(&rank1, path, 100, 0, 1, 8, 1, 2, -1);
+    rank1.buffer_target = 3;
+    dataloader_next_batch(&rank1);
+    const std::vector<int> want1 = row_of({{c5, 4}, {c1, 3}, {c3, 1}});
+    check(rank1.inputs == want1 && rank1.consumed == 7 && rank1.last_batch,
+          "SFT loader, rank 1 of 2: conversations 1, 3, 5, 1, 3 -> a row of c5, c1, c3 (consumed counted from 1 in steps of 2: 7)");
+    // the schedules at a few points worked out by hand
+    OptimConfig o;
+    o.warmup_ratio = 0.0f;
+    o.warmdown_ratio = 0.5f;
+    o.final_lr_frac = 0.0f;
+    o.muon_wd = 0.25f;
+    const UpdateSchedule a = sft_schedule(o, 0, 0.25), b = sft_schedule(o, 150, 0.75), e = sft_schedule(o, 600, 1.0);
+    check(a.lrm == 1.0 && a.momentum == 0.85 && fabs(b.lrm - 0.5) < 1e-12 && fabs(b.momentum - 0.9) < 1e-12 && e.lrm == 0.0 && e.momentum == 0.95 &&
+          a.muon_wd == 0.25 && e.muon_wd == 0.25, "SFT schedule: lrm 1, 0.5, 0 at progress 0.25, 0.75, 1; momentum 0.85, 0.9, 0.95 at steps "
+          "0, 150, 600; weight decay constant");
+    for (SftLoader* l : {&dl, &again, &rank1}) dataloader_free(l);
 }
 
 // ----------------------------------------------------------------------------------------------------
@@ -1486,7 +1594,7 @@ static void test_ranks_step() {
     }
     float loss = 0.0f;
     backend_download(&loss, model.step_sums, sizeof(float));
-    optimizer_step(&opt, &model);
+    optimizer_step(&opt, &model, base_schedule(opt.config, opt.step));
     double diff = 0.0, norm = 0.0;  // of the updates: W after the step - W before
     for (const ParamTensor& t : model.table) {
         const float* w = exported.get_f32(t.name, t.numel);
@@ -1661,6 +1769,7 @@ int main(int argc, char** argv) {
 
     test_core();
     test_packing();
+    test_sft_packing();
     test_shard_truncated_during_run();
     test_resume_bit_identical(false);
     test_resume_bit_identical(true);
@@ -1816,7 +1925,7 @@ static void cuda_test_graph_replay(const std::string& path) {
                 const int* batch = tokens.data() + (step * ACCUM + micro) * N;
                 gpt_train_micro_step(&model, batch, batch + 1, B, T, 1.0f / ACCUM);
             }
-            optimizer_step(&opt, &model);
+            optimizer_step(&opt, &model, base_schedule(opt.config, opt.step));
             float loss = 0.0f;
             backend_download(&loss, model.step_sums, sizeof(float));
             losses[graphs].push_back(loss);

@@ -403,7 +403,7 @@ struct LayerActs {
 
 struct Acts {
     int* idx;           // (N)
-    int* targets;       // (N)
+    int* targets;       // (N)     next-token ids, or IGNORE_INDEX: no prediction (SFT's masked positions)
     floatX* emb_norm;    // (N, C)  norm(wte[idx])
     float* emb_rstd;    // (N)
     float* smear_logit; // (N)     smear only
@@ -413,7 +413,8 @@ struct Acts {
     float* rstd_f;      // (N)
     floatX* x_final;     // (N, C)  norm(x_backout)
     floatX* logits;      // (N, V)  softcapped logits; turned into their gradient by the backward
-    float* losses;      // (N)
+    float* losses;      // (N)     0 where the target is ignored
+    float* loss_scale;  // (1)     grad_scale / targets not ignored (loss_mean_scale), set by the backward
     // backward scratch (shared by all layers)
     floatX *d_res, *d_x0, *d_backout, *d_h, *d_q, *d_k, *d_v, *d_y, *d_q_rot, *d_k_rot, *d_fc, *d_ve;
     float* d_xsa_alpha;  // (N, H)  per-token shares of dL/dalpha; learnable XSA only
@@ -466,6 +467,7 @@ static void carve_acts(Acts* a, Carver* cv, const GPTConfig& c, int B, int T) {
     a->x_final = cv->take<floatX>(N * C);
     a->logits = cv->take<floatX>(N * c.vocab_size);
     a->losses = cv->take<float>(N);
+    a->loss_scale = cv->take<float>(1);
     a->d_res = cv->take<floatX>(N * C);
     a->d_x0 = cv->take<floatX>(N * C);
     a->d_backout = cv->take<floatX>(N * C);
@@ -798,8 +800,8 @@ static void gpt_set_batch(GPT* model, const int* idx, const int* targets, int B,
     const size_t N = (size_t)B * T;
     for (size_t n = 0; n < N; n++) {
         if (idx[n] < 0 || idx[n] >= V) fail("input token id %d at position %zu is outside the vocabulary [0, %d)", idx[n], n, V);
-        if (targets && (targets[n] < 0 || targets[n] >= V))
-            fail("target token id %d at position %zu is outside the vocabulary [0, %d)", targets[n], n, V);
+        if (targets && (targets[n] < IGNORE_INDEX || targets[n] >= V))
+            fail("target token id %d at position %zu is outside the vocabulary [0, %d) (and not %d, ignored)", targets[n], n, V, IGNORE_INDEX);
     }
     gpt_ensure_acts(model, B, T);
     backend_upload_batch(model->acts.idx, model->acts.targets, idx, targets, N);
@@ -899,7 +901,8 @@ static void gpt_forward_pass(GPT* model, bool with_targets) {
 }
 
 // Runs the model on idx (B, T): gpt_set_batch, then gpt_forward_pass. With targets, returns the mean loss
-// and leaves the per-token losses in model->losses_host (a synchronisation on CUDA); else NAN.
+// over the targets not ignored (0 if all are) and leaves the per-token losses in model->losses_host (a
+// synchronisation on CUDA); else NAN.
 static float gpt_forward(GPT* model, const int* idx, const int* targets, int B, int T) {
     gpt_set_batch(model, idx, targets, B, T);
     gpt_forward_pass(model, targets != nullptr);
@@ -907,15 +910,20 @@ static float gpt_forward(GPT* model, const int* idx, const int* targets, int B, 
     const size_t N = (size_t)B * T;
     backend_download(model->losses_host.data(), model->acts.losses, N * sizeof(float));
     double sum = 0.0;
-    for (size_t n = 0; n < N; n++) sum += model->losses_host[n];
-    return (float)(sum / (double)N);
+    size_t count = 0;
+    for (size_t n = 0; n < N; n++) {
+        sum += model->losses_host[n];
+        count += targets[n] != IGNORE_INDEX;
+    }
+    return (float)(sum / (double)std::max<size_t>(count, 1));
 }
 
 // ----------------------------------------------------------------------------------------------------
 // Backward
 
-// Accumulates into model->grads the gradient of grad_scale * (mean loss of the last forward). Use
-// grad_scale = 1 / accumulation_steps to average micro-batches. Consumes acts.logits.
+// Accumulates into model->grads the gradient of grad_scale * (mean loss of the last forward, over the targets
+// not ignored). Use grad_scale = 1 / accumulation_steps to average micro-batches. Consumes acts.logits; leaves
+// grad_scale / (targets not ignored) in acts.loss_scale.
 static void gpt_backward(GPT* model, float grad_scale) {
     const GPTConfig& c = model->config;
     Acts& a = model->acts;
@@ -930,7 +938,8 @@ static void gpt_backward(GPT* model, float grad_scale) {
 
     // loss -> logits -> final norm -> backout
     backend_phase("backward: loss, lm_head, norm, backout");
-    softcap_crossentropy_backward(a.logits, a.targets, N, V, SOFTCAP, grad_scale / (float)N);
+    loss_mean_scale(a.loss_scale, a.targets, N, grad_scale);
+    softcap_crossentropy_backward(a.logits, a.targets, N, V, SOFTCAP, a.loss_scale);
     matmul_backward(a.d_h, g.lm_head, a.logits, a.x_final, mm(w.lm_head), N, C, V, GRAD_OVERWRITE);
     rmsnorm_backward(a.d_backout, a.d_h, a.x_final, a.rstd_f, N, C, 1.0f, GRAD_OVERWRITE);
     dot_accumulate(g.backout_lambda, -1.0f, a.d_backout, a.layer[backout_layer].x_out, N * C);
@@ -1013,6 +1022,14 @@ struct OptimConfig {
     float warmdown_ratio = 0.65f;
     float final_lr_frac = 0.05f;
     int momentum_warmup_steps = 400;
+    // SFT (dev/docs/optim.md#sft): the lr multiplier follows the fraction of the data read, from warmup_ratio
+    // of it to the warmdown over the last warmdown_ratio; Muon's weight decay is muon_wd throughout
+    bool sft = false;
+    float warmup_ratio = 0.0f;
+    // what an SFT run inherits from this run (nanochat's chat_sft reads the base run's command line): the
+    // lrs as given, before the batch scaling, and the total batch
+    float given_embedding_lr = 0.0f, given_unembedding_lr = 0.0f, given_matrix_lr = 0.0f, given_xsa_lr = 0.0f;
+    long total_batch = 0;
 };
 
 // lr multiplier at update `it` of N: linear warmup, flat, then linear warmdown to final_lr_frac.
@@ -1038,6 +1055,28 @@ static double muon_momentum(const OptimConfig& o, int it) {
 // Muon weight decay: cosine from the peak at it = 0 to 0 at it = N.
 static double muon_weight_decay(const OptimConfig& o, int it) {
     return o.muon_wd * 0.5 * (1.0 + cos(M_PI * it / o.num_iterations));
+}
+
+// The scheduled values of one update: the lr multiplier, Muon's momentum and weight decay
+struct UpdateSchedule {
+    double lrm, momentum, muon_wd;
+};
+
+// base training's schedules at update `it`
+static UpdateSchedule base_schedule(const OptimConfig& o, int it) { return {lr_multiplier(o, it), muon_momentum(o, it), muon_weight_decay(o, it)}; }
+
+// SFT's (nanochat's chat_sft) at update `it`, when `progress` of the data has been read (the fraction of the
+// conversations taken, or of the -n steps): lr multiplier linear warmup, flat, linear warmdown to
+// final_lr_frac; Muon momentum 0.85 -> 0.95 over the first 300 updates; Muon weight decay constant.
+static UpdateSchedule sft_schedule(const OptimConfig& o, int it, double progress) {
+    double lrm = 1.0;
+    if (progress < o.warmup_ratio) lrm = (progress + 1e-8) / o.warmup_ratio;
+    else if (progress > 1.0 - o.warmdown_ratio) {
+        const double decay = (progress - (1.0 - o.warmdown_ratio)) / o.warmdown_ratio;
+        lrm = (1.0 - decay) + decay * o.final_lr_frac;
+    }
+    const double frac = std::min(it / 300.0, 1.0);
+    return {lrm, (1.0 - frac) * 0.85 + frac * 0.95, o.muon_wd};
 }
 
 // A Muon group: every block matrix of one shape (nanochat's groups), with its momentum and NorMuon state
@@ -1143,12 +1182,12 @@ static void optimizer_free(Optimizer* opt) {
     *opt = Optimizer();
 }
 
-// Applies update number opt->step to every parameter from the accumulated gradients.
-static void optimizer_step(Optimizer* opt, GPT* model) {
+// Applies update number opt->step to every parameter from the accumulated gradients, with the schedules'
+// values `s` (AdamW's bias correction counts opt->step + 1 updates).
+static void optimizer_step(Optimizer* opt, GPT* model, const UpdateSchedule& s) {
     const OptimConfig& c = opt->config;
     const int it = opt->step;
-    const float lrm = (float)lr_multiplier(c, it);
-    const float momentum = (float)muon_momentum(c, it), wd = (float)muon_weight_decay(c, it);
+    const float lrm = (float)s.lrm, momentum = (float)s.momentum, wd = (float)s.muon_wd;
     for (size_t i = 0; i < model->table.size(); i++) {
         if (uses_muon(opt, i)) continue;
         const ParamTensor& t = model->table[i];
@@ -1248,14 +1287,96 @@ static TrainingPlan plan_training(const GPTConfig& model, const OptimArgs& a) {
     o.warmdown_ratio = a.warmdown_ratio;
     o.final_lr_frac = a.final_lr_frac;
     o.momentum_warmup_steps = a.momentum_warmup_steps;
+    o.given_embedding_lr = a.embedding_lr;
+    o.given_unembedding_lr = a.unembedding_lr;
+    o.given_matrix_lr = o.adamw_only ? a.adamw_matrix_lr : a.matrix_lr;
+    o.given_xsa_lr = a.xsa_lr;
+    o.total_batch = plan.total_batch;
+    return plan;
+}
+
+// SFT's settings (nanochat's chat_sft flags and defaults; dev/docs/optim.md#sft)
+struct SftArgs {
+    float init_lr_frac = 0.8f;    // every lr x this
+    float warmup_ratio = 0.0f, warmdown_ratio = 0.5f, final_lr_frac = 0.0f;
+    bool load_optimizer = true;   // warm-start the optimizer from the base checkpoint's state
+    // the base run's, unless given (-1)
+    float embedding_lr = -1.0f, unembedding_lr = -1.0f, matrix_lr = -1.0f;
+    long total_batch = -1;
+};
+
+// The optimizer settings a checkpoint was written with (optim.* metadata). Exported weights have none: then
+// nanochat's defaults (Muon with MuonEq and Muon+, base_train's lrs) and no total batch (0).
+static OptimConfig checkpoint_optim_config(const SafetensorsFile& f) {
+    OptimConfig o;
+    OptimArgs defaults;
+    o.given_embedding_lr = defaults.embedding_lr;
+    o.given_unembedding_lr = defaults.unembedding_lr;
+    o.given_matrix_lr = defaults.matrix_lr;
+    o.given_xsa_lr = defaults.xsa_lr;
+    if (f.metadata.count("optim.muon_eq") == 0) return o;
+    auto flag = [&](const char* key) { return metadata_int(f, key, 0, 1) == 1; };
+    auto number = [&](const char* key, float* out) {
+        if (f.metadata.count(key)) *out = (float)metadata_double(f, key);
+    };
+    o.adamw_only = flag("optim.adamw_only");
+    o.muon_eq = flag("optim.muon_eq");
+    o.muon_plus = flag("optim.muon_plus");
+    o.sft = f.metadata.count("optim.sft") && flag("optim.sft");
+    o.muon_wd = (float)metadata_double(f, "optim.muon_wd");
+    o.num_iterations = (int)metadata_int(f, "optim.num_iterations", 0, INT_MAX);
+    number("optim.given_embedding_lr", &o.given_embedding_lr);
+    number("optim.given_unembedding_lr", &o.given_unembedding_lr);
+    number("optim.given_matrix_lr", &o.given_matrix_lr);
+    number("optim.given_xsa_lr", &o.given_xsa_lr);
+    if (f.metadata.count("optim.total_batch")) o.total_batch = metadata_int(f, "optim.total_batch", 0, LONG_MAX);
+    return o;
+}
+
+// SFT's plan (nanochat's chat_sft): the base run's optimizer (`base`: Muon variant or AdamW mode) with the
+// lrs its command line gave (unless given here), each x init_lr_frac and scaled by the width rule only
+// (nanochat's setup_optimizer, without the batch scaling); the scalar and smear lrs at their flags'
+// defaults (nanochat's setup_optimizer defaults: chat_sft does not inherit them); the base run's total
+// batch; Muon's weight decay `muon_wd` throughout; num_iterations is set once the data is counted.
+static TrainingPlan plan_sft(const GPTConfig& model, const OptimConfig& base, const OptimArgs& flags, const SftArgs& a, double muon_wd) {
+    TrainingPlan plan = {};
+    OptimConfig& o = plan.optim;
+    o.adamw_only = base.adamw_only;
+    o.muon_eq = base.muon_eq;
+    o.muon_plus = base.muon_plus;
+    o.sft = true;
+    o.given_embedding_lr = a.embedding_lr >= 0.0f ? a.embedding_lr : base.given_embedding_lr;
+    o.given_unembedding_lr = a.unembedding_lr >= 0.0f ? a.unembedding_lr : base.given_unembedding_lr;
+    o.given_matrix_lr = a.matrix_lr >= 0.0f ? a.matrix_lr : base.given_matrix_lr;
+    o.given_xsa_lr = base.given_xsa_lr;
+    plan.total_batch = o.total_batch = a.total_batch > 0 ? a.total_batch : base.total_batch;
+    if (plan.total_batch <= 0) fail("the base model's file does not say its total batch (exported weights); give SFT's with -B");
+    plan.batch_lr_scale = 1.0;
+    plan.dmodel_lr_scale = pow((double)model.n_embd / 768.0, -0.5);
+    const double d = plan.dmodel_lr_scale, f = a.init_lr_frac;
+    o.lr[GROUP_LM_HEAD] = (float)(o.given_unembedding_lr * d * f);
+    o.lr[GROUP_WTE] = (float)(o.given_embedding_lr * d * f);
+    o.lr[GROUP_VE] = (float)(o.given_embedding_lr * d * 0.5 * f);
+    o.lr[GROUP_RESID] = (float)(flags.scalar_lr * 0.01 * f);
+    o.lr[GROUP_X0] = (float)(flags.scalar_lr * f);
+    o.lr[GROUP_SMEAR] = (float)(flags.smear_lr * f);
+    o.lr[GROUP_XSA] = (float)(o.given_xsa_lr * f);
+    o.lr[GROUP_MATRIX] = (float)(o.given_matrix_lr * f);
+    o.muon_wd = (float)muon_wd;
+    o.matrix_adamw_wd = flags.adamw_matrix_wd;
+    o.warmup_steps = 0;
+    o.warmup_ratio = a.warmup_ratio;
+    o.warmdown_ratio = a.warmdown_ratio;
+    o.final_lr_frac = a.final_lr_frac;
     return plan;
 }
 
 // ----------------------------------------------------------------------------------------------------
 // The training step: micro-batches, the ranks' gradient sum, the update
 
-// One micro-step of training on idx/targets (B, T): forward, the loss added into model->step_sums[0] as
-// grad_scale * mean, and the backward accumulating grad_scale * the mean loss's gradient into model->grads.
+// One micro-step of training on idx/targets (B, T): forward, the backward accumulating grad_scale * the mean
+// loss's gradient into model->grads, and the loss added into model->step_sums[0] as grad_scale * mean (the
+// means over the targets not ignored).
 // Nothing waits for the device: on CUDA the host goes on to the next batch while this one runs, replayed
 // as one CUDA graph after its first run (backend_graph_run).
 static void gpt_train_micro_step(GPT* model, const int* idx, const int* targets, int B, int T, float grad_scale) {
@@ -1268,8 +1389,8 @@ static void gpt_train_micro_step(GPT* model, const int* idx, const int* targets,
     const std::vector<uintptr_t> key = {(uintptr_t)B, (uintptr_t)T, (uintptr_t)g_backend.xsa_fused, scale_bits};
     backend_graph_run(&model->micro_step_graph, key, [&] {
         gpt_forward_pass(model, true);
-        loss_sum_accumulate(model->step_sums, grad_scale / (float)N, a.losses, N);
         gpt_backward(model, grad_scale);
+        loss_sum_accumulate(model->step_sums, a.loss_scale, a.losses, N);
     });
 }
 
@@ -1310,13 +1431,16 @@ static void sum_squares(float* out, const float* x, size_t n) {
 struct StepResult {
     double loss;       // the mean training loss of the step's micro-batches (before the update)
     double grad_norm;  // the L2 norm of the gradient of that mean loss, over every parameter
+    double lrm;        // the update's lr multiplier
 };
 
 // One optimizer step: the gradient of the mean loss over `accum` micro-batches on every rank (summed over
-// the ranks: each micro-batch weighs 1 / (accum x ranks)), then the update, the same on every rank.
+// the ranks: each micro-batch weighs 1 / (accum x ranks)), then the update, the same on every rank, with
+// the values schedule() gives once the micro-batches are drawn (SFT's depend on the data read so far).
 // Stops the run if the loss, the gradient or the updated parameters are not finite. Reading the step's
-// sums is its only wait for the device.
-static StepResult train_step(GPT* model, Optimizer* opt, DataLoader* train, int accum) {
+// sums is its only wait for the device. Loader: DataLoader (base training) or SftLoader.
+template <typename Loader, typename Schedule>
+static StepResult train_step(GPT* model, Optimizer* opt, Loader* train, int accum, Schedule schedule) {
     gpt_zero_grad(model);
     backend_zero(model->step_sums, sizeof(float));
     const float grad_scale = 1.0f / (float)(accum * g_ranks.world);
@@ -1328,13 +1452,45 @@ static StepResult train_step(GPT* model, Optimizer* opt, DataLoader* train, int 
     ranks_sum_floats(model->step_sums, 1);
     sum_squares(model->step_sums + 1, model->grads, model->num_params);
     const int step = opt->step;
-    optimizer_step(opt, model);
+    const UpdateSchedule s = schedule();
+    optimizer_step(opt, model, s);
     sum_squares(model->step_sums + 2, model->params, model->num_params);
     float sums[STEP_SUMS];
     backend_download(sums, model->step_sums, sizeof sums);
     const std::string non_finite = step_non_finite(model, step, sums);
     if (!non_finite.empty()) fail("%s; stopping (the last checkpoint, if any, is intact)", non_finite.c_str());
-    return {sums[0], sqrt((double)sums[1])};
+    return {sums[0], sqrt((double)sums[1]), s.lrm};
+}
+
+// A step of base training: its schedules at the optimizer's step
+static StepResult train_step(GPT* model, Optimizer* opt, DataLoader* train, int accum) {
+    return train_step(model, opt, train, accum, [&] { return base_schedule(opt->config, opt->step); });
+}
+
+// The steps of one SFT epoch. nanochat draws each batch one ahead and stops before the step after the one
+// whose draw took the last conversation: with L the batch that took it, after ceil((L - 1) / accum) steps.
+// Counted by packing a copy of the loader to the end (which also checks every conversation of the epoch);
+// with several ranks, the fewest of any rank (nanochat stops all ranks when the first is done).
+static int sft_epoch_steps(const SftLoader* train, int accum) {
+    SftLoader probe = *train;  // shares the file's mapping, which outlives it
+    while (!probe.last_batch) dataloader_next_batch(&probe);
+    const long steps = (probe.batches - 1 + accum - 1) / accum;
+    long fewest = steps;
+    for (const std::vector<int64_t>& r : ranks_gather({steps})) fewest = std::min<long>(fewest, r[0]);
+    if (fewest > INT_MAX) fail("one epoch of '%s' is %ld steps; set -n", train->file.path.c_str(), fewest);
+    return (int)fewest;
+}
+
+// The data read at an update, as nanochat's lr schedule sees it: after the step's batches and the next
+// one (drawn ahead), capped at 1 (nanochat's can pass 1 by a few conversations on the last step and make
+// its lr slightly negative); the largest over the ranks, so that every rank applies the same update.
+static double sft_progress(const SftLoader* train) {
+    SftLoader ahead = *train;
+    dataloader_next_batch(&ahead);
+    std::vector<double> progress(g_ranks.world, 0.0);
+    progress[g_ranks.rank] = std::min(1.0, ahead.progress);
+    ranks_sum_doubles(progress.data(), progress.size());
+    return *std::max_element(progress.begin(), progress.end());
 }
 
 // Several ranks must hold the same weights (they apply the same summed gradients with deterministic
@@ -1632,9 +1788,10 @@ struct GenerationArgs {
 // Evaluation: bits per byte, the XSA diagnostics, greedy samples, CORE (dev/docs/evaluation.md)
 
 // Adds one batch's per-token losses (nats) to the bpb sums. Targets that stand for no bytes (special
-// tokens such as BOS) count in neither sum.
+// tokens such as BOS) and ignored ones count in neither sum.
 static void bpb_accumulate(double* nats, double* bytes, const float* losses, const int* targets, size_t n, const std::vector<int>& token_bytes) {
     for (size_t i = 0; i < n; i++) {
+        if (targets[i] == IGNORE_INDEX) continue;
         int b = token_bytes[targets[i]];
         if (b > 0) {
             *nats += losses[i];
@@ -1723,10 +1880,11 @@ static void progress_update(Progress* p, long done) {
 }
 
 // bpb = total nats / (ln 2 * total bytes) over the first `steps` batches of a fresh pass over the
-// validation data. Every rank packs the same batches (val is a single-rank loader) and runs the forward
-// of every world-th one, so the value does not depend on the number of ranks. With diag, also the
-// diagnostics of the first batch (rank 0's).
-static double evaluate_bpb(GPT* model, DataLoader* val, const Tokenizer* tok, int steps, Diagnostics* diag) {
+// validation data (DataLoader or SftLoader: there the targets not ignored). Every rank packs the same
+// batches (val is a single-rank loader) and runs the forward of every world-th one, so the value does not
+// depend on the number of ranks. With diag, also the diagnostics of the first batch (rank 0's).
+template <typename Loader>
+static double evaluate_bpb(GPT* model, Loader* val, const Tokenizer* tok, int steps, Diagnostics* diag) {
     dataloader_reset(val);
     double sums[2] = {0.0, 0.0};  // nats, bytes
     Progress progress = progress_start("val bpb", "batches", steps);
@@ -1858,21 +2016,30 @@ struct LoopState {
 // What the training data was: each shard's file name, size and a hash of its header (FNV-1a), hashed
 // together. A checkpoint records it, so that resuming on other data is an error rather than a silent
 // change of the data order.
+// (SFT: the same of its conversation file.)
+static void fingerprint_file(Fnv1a* fnv, const std::string& path) {
+    const size_t slash = path.rfind('/');
+    const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+    fnv->mix(name.data(), name.size() + 1);
+    FILE* f = fopen_or_fail(path.c_str(), "rb");
+    uint8_t header[SHARD_HEADER_INTS * sizeof(int32_t)];
+    const size_t got = fread(header, 1, sizeof header, f);
+    fseek(f, 0, SEEK_END);
+    const long size = ftell(f);
+    fclose(f);
+    fnv->mix(header, got);
+    fnv->mix(&size, sizeof size);
+}
+
 static std::string data_fingerprint(const DataLoader* dl) {
     Fnv1a fnv;
-    for (const Shard& sh : dl->shards) {
-        const size_t slash = sh.path.rfind('/');
-        const std::string name = slash == std::string::npos ? sh.path : sh.path.substr(slash + 1);
-        fnv.mix(name.data(), name.size() + 1);
-        FILE* f = fopen_or_fail(sh.path.c_str(), "rb");
-        uint8_t header[SHARD_HEADER_INTS * sizeof(int32_t)];
-        const size_t got = fread(header, 1, sizeof header, f);
-        fseek(f, 0, SEEK_END);
-        const long size = ftell(f);
-        fclose(f);
-        fnv.mix(header, got);
-        fnv.mix(&size, sizeof size);
-    }
+    for (const Shard& sh : dl->shards) fingerprint_file(&fnv, sh.path);
+    return fnv.hex();
+}
+
+static std::string data_fingerprint(const SftLoader* dl) {
+    Fnv1a fnv;
+    fingerprint_file(&fnv, dl->file.path);
     return fnv.hex();
 }
 
@@ -1887,7 +2054,10 @@ static std::map<std::string, std::string> optim_to_metadata(const OptimConfig& o
         {"optim.muon_wd", num(o.muon_wd)}, {"optim.matrix_adamw_wd", num(o.matrix_adamw_wd)},
         {"optim.num_iterations", std::to_string(o.num_iterations)}, {"optim.warmup_steps", std::to_string(o.warmup_steps)},
         {"optim.warmdown_ratio", num(o.warmdown_ratio)}, {"optim.final_lr_frac", num(o.final_lr_frac)},
-        {"optim.momentum_warmup_steps", std::to_string(o.momentum_warmup_steps)}};
+        {"optim.momentum_warmup_steps", std::to_string(o.momentum_warmup_steps)}, {"optim.sft", o.sft ? "1" : "0"},
+        {"optim.warmup_ratio", num(o.warmup_ratio)}, {"optim.given_embedding_lr", num(o.given_embedding_lr)},
+        {"optim.given_unembedding_lr", num(o.given_unembedding_lr)}, {"optim.given_matrix_lr", num(o.given_matrix_lr)},
+        {"optim.given_xsa_lr", num(o.given_xsa_lr)}, {"optim.total_batch", std::to_string(o.total_batch)}};
     for (int g = 0; g < NUM_GROUPS; g++) m[std::string("optim.lr.") + GROUP_NAMES[g]] = num(o.lr[g]);
     return m;
 }
@@ -1911,8 +2081,10 @@ static std::vector<int64_t> join_int64(const int32_t* v, size_t pairs) {
 // The checkpoint tensor holding rank `rank`'s data-loader state.
 static std::string loader_state_name(int rank) { return rank == 0 ? "dataloader.state" : "dataloader.state.rank" + std::to_string(rank); }
 
-// Every rank calls it (each contributes its data-loader state); rank 0 writes the file.
-static void save_checkpoint(const std::string& path, const GPT* model, const Optimizer* opt, const DataLoader* train, const LoopState& loop) {
+// Every rank calls it (each contributes its data-loader state); rank 0 writes the file. Loader: DataLoader
+// (base training) or SftLoader.
+template <typename Loader>
+static void save_checkpoint(const std::string& path, const GPT* model, const Optimizer* opt, const Loader* train, const LoopState& loop) {
     const std::vector<std::vector<int64_t>> loader_states = ranks_gather(dataloader_state(train));
     if (g_ranks.rank != 0) return;
     std::map<std::string, std::string> meta = model_metadata(model);
@@ -1947,7 +2119,8 @@ static void save_checkpoint(const std::string& path, const GPT* model, const Opt
 
 // Restores a checkpoint into a model and optimizer built from the same configuration (checked).
 // allow_other_data: resuming on training data other than the checkpoint's is intended (--allow-other-data 1).
-static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt, DataLoader* train, LoopState* loop, bool allow_other_data) {
+template <typename Loader>
+static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt, Loader* train, LoopState* loop, bool allow_other_data) {
     SafetensorsFile f = safetensors_read(path);
     if (f.metadata.count("format") == 0 || f.meta("format") != CHECKPOINT_FORMAT)
         fail("'%s' is not an xsa-train checkpoint (format '%s', expected '%s')", path.c_str(),
@@ -1955,7 +2128,10 @@ static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt,
     // settings newer than the checkpoint format: a checkpoint from before them lacks them, and implies a value
     // (nullptr: none to compare; the learnable alpha's lr matters only to a learnable alpha, which such a
     // checkpoint cannot hold: xsa_learnable says so)
-    static const std::map<std::string, const char*> added_later = {{"xsa_learnable", "0"}, {"optim.lr.xsa_alpha", nullptr}};
+    static const std::map<std::string, const char*> added_later = {
+        {"xsa_learnable", "0"}, {"optim.lr.xsa_alpha", nullptr}, {"optim.sft", "0"}, {"optim.warmup_ratio", nullptr},
+        {"optim.given_embedding_lr", nullptr}, {"optim.given_unembedding_lr", nullptr}, {"optim.given_matrix_lr", nullptr},
+        {"optim.given_xsa_lr", nullptr}, {"optim.total_batch", nullptr}};
     std::map<std::string, std::string> want = config_to_metadata(model->config);
     for (const auto& kv : optim_to_metadata(opt->config)) want[kv.first] = kv.second;
     for (const auto& kv : want) {
@@ -1982,7 +2158,7 @@ static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt,
     if (first_non_finite(state, opt->state_floats) < opt->state_floats) fail("'%s': optimizer.state holds a non-finite value", path.c_str());
     backend_upload(opt->state, state, opt->state_floats * sizeof(float));
     loop->step = (int)metadata_int(f, "step", 0, INT_MAX);
-    opt->step = (int)metadata_int(f, "optimizer_step", loop->step, loop->step);  // one update per step
+    opt->step = (int)metadata_int(f, "optimizer_step", loop->step, INT_MAX);  // one update per step, after SFT's base run's
     const std::string loader = loader_state_name(g_ranks.rank);
     const SafeTensor* ls = f.find(loader);
     if (!ls || ls->numel() % 2 != 0) fail("'%s' has no valid %s", path.c_str(), loader.c_str());
@@ -2100,6 +2276,16 @@ static const char* const USAGE =
         "  --core-tasks DIR       task files from dev/data/core.py, tokenized with this run's tokenizer\n"
         "                         (default dev/data/core_tasks, the small bundle for the embedded corpus)\n"
         "  --progress-every S     while an evaluation or CORE runs, a progress line every S seconds (30)\n"
+        "SFT (nanochat's chat_sft: dev/docs/optim.md#sft)\n"
+        "  --sft DIR              fine-tune the model of --init-from (a base checkpoint, whose optimizer state\n"
+        "                         warm-starts it, or exported weights) on the conversations DIR/sft_train.bin\n"
+        "                         for one epoch (or -n steps), val bpb on DIR/sft_val.bin (dev/data/sft.py\n"
+        "                         writes them). The model, XSA settings, lrs and -B come from the base run;\n"
+        "                         -b, -B, -n, --matrix-lr, --embedding-lr, --unembedding-lr may be set\n"
+        "  --init-lr-frac F       with --sft: every lr x F (0.8)\n"
+        "  --warmup-ratio F       with --sft: lr warmup over this fraction of the data (0); --warmdown-ratio\n"
+        "                         and --final-lr-frac default to 0.5 and 0 with --sft\n"
+        "  --load-optimizer 0|1   with --sft: warm-start the optimizer from the base checkpoint (default 1)\n"
         "Output\n"
         "  -o, --output DIR       write DIR/metrics.jsonl and checkpoints DIR/ckpt_STEP.safetensors\n"
         "  --save-every N         checkpoint every N steps (default -1: only at the end); needs -o\n"
@@ -2167,6 +2353,8 @@ struct Args {
     int core_max_per_task = 500;
     std::string core_dir = "dev/data/core_tasks";
     float progress_every = 30.0f;  // seconds
+    std::string sft_dir;  // --sft: fine-tune the --init-from model on DIR/sft_train.bin
+    SftArgs sft;
 };
 
 // Without -i, -j and --tokenizer: the ClimbMix shards dev/data/climbmix.py wrote into its default directory
@@ -2201,6 +2389,7 @@ static Args parse_args(int argc, char** argv) {
     float alpha = 0.0f;
     bool learnable = false;
     bool data_given = false, core_given = false, xsa_layers_given = false;
+    std::vector<std::string> given;  // the options on the command line
     for (int i = 1; i < argc; i++) {
         std::string flag = argv[i];
         if (flag == "-h" || flag == "--help") {
@@ -2216,6 +2405,7 @@ static Args parse_args(int argc, char** argv) {
         } else if (i + 1 >= argc) fail("option %s needs a value (see --help)", flag.c_str());
         const char* value = has_inline ? inline_value.c_str() : argv[++i];
         const char* f = flag.c_str();
+        given.push_back(flag);
         if (*value == '\0') fail("option %s needs a value, got an empty one", f);
         OptimArgs& o = args.optim;
         auto at_least = [&](long v, long lo) {  // a value given must be valid: -1 never silently means "the default"
@@ -2280,6 +2470,10 @@ static Args parse_args(int argc, char** argv) {
         else if (flag == "--allow-other-data") args.allow_other_data = parse_bool(f, value);
         else if (flag == "--init-from") args.init_from = value;
         else if (flag == "--export-safetensors") args.export_path = value;
+        else if (flag == "--sft") args.sft_dir = value;
+        else if (flag == "--init-lr-frac") args.sft.init_lr_frac = parse_float(f, value);
+        else if (flag == "--warmup-ratio") args.sft.warmup_ratio = parse_float(f, value);
+        else if (flag == "--load-optimizer") args.sft.load_optimizer = parse_bool(f, value);
         else if (const std::string near = nearest_option(flag); !near.empty()) fail("unknown option '%s'; did you mean %s? (see --help)", f, near.c_str());
         else fail("unknown option '%s' (see --help)", f);
     }
@@ -2333,7 +2527,41 @@ static Args parse_args(int argc, char** argv) {
     if (alpha == 0.0f && !learnable && xsa_layers_given)
         printf("warning: --xsa-layers %s without -x: alpha is 0, so no layer uses XSA (-x 1 for full XSA on them)\n", xsa_layers.c_str());
     validate_config(c);  // the vocabulary comes from the tokenizer later; the rest is checked now
-    if (!data_given) default_data(&args, core_given);
+    auto was_given = [&](std::initializer_list<const char*> names) {
+        for (const char* n : names)
+            if (std::find(given.begin(), given.end(), n) != given.end()) return true;
+        return false;
+    };
+    if (args.sft_dir.empty()) {
+        for (const char* only_sft : {"--init-lr-frac", "--warmup-ratio", "--load-optimizer"})
+            if (was_given({only_sft})) fail("%s is an SFT option: it needs --sft DIR", only_sft);
+        if (!data_given) default_data(&args, core_given);
+        return args;
+    }
+    // SFT: the model and how it was trained come from the base run (run_setup_sft)
+    for (const std::string& g : given)
+        for (const char* from_base : {"-d", "--depth", "--dim", "--heads", "--kv-heads", "--head-dim", "-t", "--seq-len", "--window-pattern",
+                                      "--short-window", "--value-embeds", "--smear", "--seed", "-x", "--xsa", "--xsa-layers", "--xsa-lr",
+                                      "--optimizer", "--muon-eq", "--muon-plus", "--weight-decay", "--adamw-matrix-lr", "--param-data-ratio",
+                                      "--warmup-steps", "--momentum-warmup-steps", "-i", "--train", "-j", "--val", "--core-every",
+                                      "--core-tasks", "--core-max-per-task", "--sample-every"})
+            if (g == from_base)
+                fail("%s cannot be set with --sft: the model and its training settings come from the base run (--init-from)", from_base);
+    if (args.init_from.empty() && args.resume_dir.empty()) fail("--sft needs --init-from BASE (a checkpoint of base training, or exported weights)");
+    SftArgs& sft = args.sft;
+    if (!(sft.init_lr_frac > 0.0f)) fail("--init-lr-frac must be > 0, got %g", sft.init_lr_frac);
+    if (!(sft.warmup_ratio >= 0.0f && sft.warmup_ratio <= 1.0f)) fail("--warmup-ratio must be in [0, 1], got %g", sft.warmup_ratio);
+    if (was_given({"--warmdown-ratio"})) sft.warmdown_ratio = o.warmdown_ratio;
+    if (was_given({"--final-lr-frac"})) sft.final_lr_frac = o.final_lr_frac;
+    if (was_given({"--matrix-lr"})) sft.matrix_lr = o.matrix_lr;
+    if (was_given({"--embedding-lr"})) sft.embedding_lr = o.embedding_lr;
+    if (was_given({"--unembedding-lr"})) sft.unembedding_lr = o.unembedding_lr;
+    if (was_given({"-B", "--total-batch"})) sft.total_batch = o.total_batch;
+    if (!was_given({"--eval-every"})) args.eval_every = 200;  // chat_sft's defaults
+    if (!was_given({"--eval-tokens"})) args.eval_tokens = 40L * 524288;
+    args.core_every = -1;  // CORE is the base model's metric; samples of base-style prompts say little of a chat model
+    args.sample_every = -1;
+    if (!data_given) args.tokenizer_path.clear();  // the base model's own
     return args;
 }
 
@@ -2453,12 +2681,15 @@ struct Run {
     int accum = 0;            // micro-batches per rank per step
     int num_steps = 0;
     int eval_steps = 0;       // validation batches per evaluation
-    DataLoader train, val;
+    DataLoader train, val;             // base training
+    bool sft = false;                  // --sft: the SFT loaders instead
+    SftLoader sft_train, sft_val;
     std::vector<CoreTask> core_tasks;
     GPT model;
     Optimizer opt;
     LoopState loop;
     std::string out_dir;      // -o, or the --resume directory; "" = nothing written
+    std::string sft_source;   // SFT: the base model's file, or the checkpoint to resume
     MetricsLog metrics;       // DIR/metrics.jsonl on rank 0
     double flops_per_step = 0.0, peak_flops = 0.0;
     std::vector<double> step_ms;  // every timed step (not the first of a process: it pays for page faults)
@@ -2479,19 +2710,11 @@ static JsonLine run_line(const Run& run) {
         .raw("optim", json_object(optim_to_metadata(run.plan.optim), {}));
 }
 
-// Tokenizer, shapes, the training plan and the micro-batch; prints the model and the plan.
-static void run_setup_plan(Run* run) {
-    Args& a = run->args;
-    GPTConfig& c = a.config;
-    tokenizer_load(&run->tok, a.tokenizer_path);
-    expand_pattern(a.train_pattern, "training shard");  // a mistyped glob is an error even with -n 0
-    expand_pattern(a.val_pattern, "validation shard");
-    c.vocab_size = run->tok.vocab_size;
-    c.padded_vocab = padded_vocab_size(c.vocab_size);
-    validate_config(c);
-    OptimArgs optim_args = a.optim;
-    optim_args.num_iterations = a.steps;  // -1: the horizon rule
-    run->plan = plan_training(c, optim_args);
+// The micro-batch (-b, or the default for this model and device), the micro-batches per step and the step
+// count of the plan; prints the model; refuses a micro-batch that does not fit (-n 0 only warns).
+static void run_setup_batch(Run* run) {
+    const Args& a = run->args;
+    const GPTConfig& c = a.config;
     const int world = g_ranks.world;
     run->T = c.seq_len;
     const double available = backend_memory_available();
@@ -2509,10 +2732,26 @@ static void run_setup_plan(Run* run) {
     run->accum = (int)accum;
     run->num_steps = run->plan.num_iterations;
     print_model(c, run->B, available);
-    print_plan(run->plan, run->accum);
     const std::string memory = memory_problem(c, run->B, run->plan.total_batch, available);
     if (!memory.empty() && a.steps == 0) printf("warning: %s\n", memory.c_str());  // -n 0 shows the plan whatever it needs
     else if (!memory.empty()) fail("%s", memory.c_str());
+}
+
+// Tokenizer, shapes, the training plan and the micro-batch; prints the model and the plan.
+static void run_setup_plan(Run* run) {
+    Args& a = run->args;
+    GPTConfig& c = a.config;
+    tokenizer_load(&run->tok, a.tokenizer_path);
+    expand_pattern(a.train_pattern, "training shard");  // a mistyped glob is an error even with -n 0
+    expand_pattern(a.val_pattern, "validation shard");
+    c.vocab_size = run->tok.vocab_size;
+    c.padded_vocab = padded_vocab_size(c.vocab_size);
+    validate_config(c);
+    OptimArgs optim_args = a.optim;
+    optim_args.num_iterations = a.steps;  // -1: the horizon rule
+    run->plan = plan_training(c, optim_args);
+    run_setup_batch(run);
+    print_plan(run->plan, run->accum);
     if (a.steps != 0 && run->num_steps < 1)
         fail("the plan has no steps: %.0f target tokens < one batch of %ld tokens (set -n or -B)", run->plan.target_tokens, run->plan.total_batch);
 }
@@ -2550,6 +2789,20 @@ static void run_setup_data(Run* run) {
            a.core_max_per_task, a.core_every);
 }
 
+// DIR/metrics.jsonl on rank 0 (with -o or --resume): started anew, or cut back to the checkpoint on resume.
+static void run_open_metrics(Run* run) {
+    if (run->out_dir.empty() || g_ranks.rank != 0) return;
+    lock_run_dir(run->out_dir);
+    const std::string path = run->out_dir + "/metrics.jsonl";
+    if (run->args.resume_dir.empty()) {
+        metrics_open(&run->metrics, path, false);
+        metrics_write(&run->metrics, run_line(*run));
+    } else {
+        truncate_metrics(path, run->loop.step);
+        metrics_open(&run->metrics, path, true);
+    }
+}
+
 // The model and optimizer: initialised, or resumed from a checkpoint, or started from a weights file; and
 // the metrics log (started anew, or cut back to the checkpoint on resume).
 static void run_setup_model(Run* run) {
@@ -2580,16 +2833,109 @@ static void run_setup_model(Run* run) {
         gpt_load_weights(&run->model, file);
         printf("weights loaded from %s\n", a.init_from.c_str());
     }
-    if (run->out_dir.empty() || g_ranks.rank != 0) return;
-    lock_run_dir(run->out_dir);
-    const std::string path = run->out_dir + "/metrics.jsonl";
-    if (a.resume_dir.empty()) {
-        metrics_open(&run->metrics, path, false);
-        metrics_write(&run->metrics, run_line(*run));
-    } else {
-        truncate_metrics(path, run->loop.step);
-        metrics_open(&run->metrics, path, true);
+    run_open_metrics(run);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// SFT (--sft; dev/docs/optim.md#sft): nanochat's chat_sft on a base model
+
+// The model, its tokenizer and how it was trained, from the base run's file (--init-from) or, on --resume,
+// the SFT run's latest checkpoint; nanochat's SFT plan and the micro-batch. Leaves the file to read the
+// weights from in run->sft_source.
+static void run_setup_sft_plan(Run* run) {
+    Args& a = run->args;
+    const bool resuming = !a.resume_dir.empty();
+    if (resuming && !a.init_from.empty()) fail("--resume and --init-from exclude each other (an SFT run resumes from its own checkpoints)");
+    run->sft_source = resuming ? latest_checkpoint(a.resume_dir) : a.init_from;
+    if (run->sft_source.empty()) fail("--resume: no checkpoint ckpt_*.safetensors in '%s'", a.resume_dir.c_str());
+    const std::string& source = run->sft_source;
+    SafetensorsFile file = safetensors_read(source);
+    if (!file.metadata.count("n_layer"))
+        fail("'%s' has no xsa-train model configuration: --init-from takes a checkpoint (ckpt_*.safetensors) or --export-safetensors weights",
+             source.c_str());
+    GPTConfig& c = a.config;
+    c = config_from_metadata(file);
+    const OptimConfig base = checkpoint_optim_config(file);
+    if (resuming && !base.sft) fail("'%s' is a checkpoint of base training: resume it without --sft", source.c_str());
+    if (a.tokenizer_path.empty()) {
+        if (!file.metadata.count("tokenizer")) fail("'%s' does not name its tokenizer; pass --tokenizer FILE", source.c_str());
+        a.tokenizer_path = file.meta("tokenizer");
     }
+    tokenizer_load(&run->tok, a.tokenizer_path);
+    if (file.metadata.count("tokenizer_fingerprint") && file.meta("tokenizer_fingerprint") != tokenizer_fingerprint(&run->tok))
+        fail("'%s' was trained with another tokenizer than '%s' (fingerprints differ)", source.c_str(), a.tokenizer_path.c_str());
+    if (run->tok.vocab_size != c.vocab_size)
+        fail("the tokenizer '%s' has %d tokens, the model in '%s' %d", a.tokenizer_path.c_str(), run->tok.vocab_size, source.c_str(), c.vocab_size);
+    a.train_pattern = a.sft_dir + "/sft_train.bin";
+    a.val_pattern = a.sft_dir + "/sft_val.bin";
+    // Muon's weight decay: nanochat loads the base optimizer's state together with its last weight decay
+    // (the cosine schedule's value at the last update, about 0), else 0; an SFT checkpoint holds its own
+    const bool is_checkpoint = file.metadata.count("format") && file.meta("format") == CHECKPOINT_FORMAT;
+    double muon_wd = 0.0;
+    if (base.sft) muon_wd = base.muon_wd;
+    else if (a.sft.load_optimizer && is_checkpoint) muon_wd = muon_weight_decay(base, (int)metadata_int(file, "optimizer_step", 1, INT_MAX) - 1);
+    run->plan = plan_sft(c, base, a.optim, a.sft, muon_wd);
+    if (a.batch < 0 && file.metadata.count("batch")) a.batch = (int)metadata_int(file, "batch", 1, INT_MAX);  // nanochat inherits it too
+    run_setup_batch(run);
+}
+
+// The conversation loaders and the step count (one epoch, or -n), then the model and optimizer: the base
+// model's weights and (with --load-optimizer 1, from a checkpoint) its optimizer state, or the SFT run's
+// checkpoint; and the metrics log.
+static void run_setup_sft(Run* run) {
+    Args& a = run->args;
+    const GPTConfig& c = a.config;
+    const Tokenizer& tok = run->tok;
+    const int world = g_ranks.world;
+    sft_loader_init(&run->sft_train, a.train_pattern, tok.vocab_size, tok.bos_id, run->B, run->T, g_ranks.rank, world,
+                    a.steps > 0 ? (long)a.steps * run->accum : -1);
+    sft_loader_init(&run->sft_val, a.val_pattern, tok.vocab_size, tok.bos_id, run->B, run->T, 0, 1, -1);  // evaluate_bpb splits it
+    run->eval_steps = (int)std::max<long>(1, a.eval_tokens / ((long)run->B * run->T));
+    run->num_steps = a.steps > 0 ? a.steps : sft_epoch_steps(&run->sft_train, run->accum);
+    if (run->num_steps < 1) fail("'%s' fills less than one step of %ld tokens; set a smaller -B", a.train_pattern.c_str(), run->plan.total_batch);
+    run->plan.num_iterations = run->plan.optim.num_iterations = run->num_steps;
+    const ConversationFile &tf = run->sft_train.file, &vf = run->sft_val.file;
+    printf("data: %llu conversations (%llu tokens) in %s, %llu in %s; %d steps (%s) x %ld tokens (%d micro-batch%s%s); %d batches per "
+           "evaluation%s\n", (unsigned long long)tf.count, (unsigned long long)tf.ntokens, a.train_pattern.c_str(), (unsigned long long)vf.count,
+           a.val_pattern.c_str(), run->num_steps, a.steps > 0 ? "-n" : "one epoch", run->plan.total_batch, run->accum, run->accum == 1 ? "" : "es",
+           world > 1 ? (" on each of " + std::to_string(world) + " ranks").c_str() : "", run->eval_steps, world > 1 ? ", shared by the ranks" : "");
+    const OptimConfig& o = run->plan.optim;
+    std::string lrs;
+    for (int g = 0; g < NUM_GROUPS; g++) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "%s%s %.6g", g ? ", " : "", GROUP_NAMES[g], o.lr[g]);
+        lrs += buf;
+    }
+    printf("SFT plan: lrs %s (the base run's x %.3g, width-scaled) | warmup %.2f, warmdown %.2f of the data to %.3f | Muon wd %.4g | "
+           "Muon momentum 0.85 -> 0.95 over 300 steps\n", lrs.c_str(), a.sft.init_lr_frac, o.warmup_ratio, o.warmdown_ratio, o.final_lr_frac, o.muon_wd);
+
+    gpt_build(&run->model, c);
+    run->model.tokenizer_path = a.tokenizer_path;
+    run->model.tokenizer_fingerprint = tokenizer_fingerprint(&tok);
+    optimizer_init(&run->opt, &run->model, o);
+    run->out_dir = !a.output_dir.empty() ? a.output_dir : a.resume_dir;
+    const std::string& source = run->sft_source;
+    if (!a.resume_dir.empty()) {
+        load_checkpoint(source, &run->model, &run->opt, &run->sft_train, &run->loop, a.allow_other_data);
+        printf("resumed from %s at step %d\n", source.c_str(), run->loop.step);
+        if (run->loop.step > run->num_steps) fail("'%s' is at step %d, past the %d steps of this run", source.c_str(), run->loop.step, run->num_steps);
+    } else {
+        SafetensorsFile file = safetensors_read(source);
+        gpt_load_weights(&run->model, file);
+        if (!a.sft.load_optimizer) {
+            printf("weights loaded from %s; the optimizer starts fresh (--load-optimizer 0)\n", source.c_str());
+        } else if (!file.find("optimizer.state")) {
+            printf("warning: %s holds no optimizer state (exported weights): the optimizer starts fresh (nanochat finds SFT slightly worse "
+                   "so; --init-from a checkpoint warm-starts it)\n", source.c_str());
+        } else {
+            const float* state = file.get_f32("optimizer.state", run->opt.state_floats);
+            if (first_non_finite(state, run->opt.state_floats) < run->opt.state_floats) fail("'%s': optimizer.state holds a non-finite value", source.c_str());
+            backend_upload(run->opt.state, state, run->opt.state_floats * sizeof(float));
+            run->opt.step = (int)metadata_int(file, "optimizer_step", 0, INT_MAX);  // AdamW's bias correction goes on from there
+            printf("weights and optimizer state (momenta and second moments, %d updates) loaded from %s\n", run->opt.step, source.c_str());
+        }
+    }
+    run_open_metrics(run);
 }
 
 // Before training: one micro-step timed on a batch of BOS tokens (on CUDA the second of two, the first
@@ -2656,7 +3002,8 @@ static void log_learned_alpha(Run* run, int step) {
 static void run_evaluate(Run* run, int step) {
     const double t0 = wall_ms();
     Diagnostics diag;
-    const double bpb = evaluate_bpb(&run->model, &run->val, &run->tok, run->eval_steps, &diag);
+    const double bpb = run->sft ? evaluate_bpb(&run->model, &run->sft_val, &run->tok, run->eval_steps, &diag)
+                                : evaluate_bpb(&run->model, &run->val, &run->tok, run->eval_steps, &diag);
     ranks_check_identical(&run->model, step);
     if (!std::isfinite(bpb)) fail("val bpb is %f at step %d; stopping (the last checkpoint, if any, is intact)", bpb, step);
     printf("step %d/%d | val bpb %.6f | %.1f s\n", step, run->num_steps, bpb, (wall_ms() - t0) / 1000.0);
@@ -2696,9 +3043,10 @@ static void run_core(Run* run, int step) {
 static void run_train_step(Run* run, int step, bool first) {
     LoopState& loop = run->loop;
     const double t0 = wall_ms();
-    const double lrm = lr_multiplier(run->opt.config, run->opt.step);
-    const StepResult result = train_step(&run->model, &run->opt, &run->train, run->accum);
-    const double loss = result.loss;
+    const StepResult result = run->sft ? train_step(&run->model, &run->opt, &run->sft_train, run->accum,
+                                                    [&] { return sft_schedule(run->opt.config, step, sft_progress(&run->sft_train)); })
+                                       : train_step(&run->model, &run->opt, &run->train, run->accum);
+    const double loss = result.loss, lrm = result.lrm;
     const double dt = wall_ms() - t0;
     loop.step = step + 1;
     loop.smooth_loss = 0.9 * loop.smooth_loss + 0.1 * loss;
@@ -2727,7 +3075,8 @@ static void run_train_step(Run* run, int step, bool first) {
 // A checkpoint at the current step (every rank takes part; rank 0 writes it), with the metrics on disk.
 static void run_checkpoint(Run* run) {
     const std::string path = checkpoint_path(run->out_dir, run->loop.step);
-    save_checkpoint(path, &run->model, &run->opt, &run->train, run->loop);
+    if (run->sft) save_checkpoint(path, &run->model, &run->opt, &run->sft_train, run->loop);
+    else save_checkpoint(path, &run->model, &run->opt, &run->train, run->loop);
     metrics_sync(&run->metrics);
     printf("checkpoint %s\n", path.c_str());
 }
@@ -2772,6 +3121,8 @@ static void run_finish(Run* run) {
     metrics_close(&run->metrics);
     dataloader_free(&run->train);
     dataloader_free(&run->val);
+    dataloader_free(&run->sft_train);
+    dataloader_free(&run->sft_val);
     optimizer_free(&run->opt);
     gpt_free(&run->model);
 }
@@ -2789,10 +3140,15 @@ int main(int argc, char** argv) {
     g_backend.xsa_fused = a.xsa_fused;
     g_backend.graphs = a.cuda_graphs;
     g_progress_every_ms = a.progress_every * 1000.0;
-    run_setup_plan(&run);
+    run.sft = !a.sft_dir.empty();
+    if (run.sft) run_setup_sft_plan(&run);
+    else run_setup_plan(&run);
     if (a.steps == 0) return 0;  // -n 0: the model and the plan only
-    run_setup_data(&run);
-    run_setup_model(&run);
+    if (run.sft) run_setup_sft(&run);
+    else {
+        run_setup_data(&run);
+        run_setup_model(&run);
+    }
     if (g_ranks.rank == 0) run_estimate(&run);
     run.flops_per_step = flops_per_token(a.config) * (double)run.plan.total_batch;
     run.peak_flops = backend_peak_flops() * g_ranks.world;  // MFU of all the ranks' GPUs together

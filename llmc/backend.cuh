@@ -449,11 +449,14 @@ static inline void softcap_crossentropy_forward(float* losses, floatX* logits, c
     CUDA_OR_CPU(softcap_crossentropy_forward_cuda(losses, logits, targets, N, V, cap, g_backend.stream),
                 softcap_crossentropy_forward_cpu(losses, logits, targets, N, V, cap));
 }
-static inline void softcap_crossentropy_backward(floatX* logits, const int* targets, size_t N, int V, float cap, float grad_scale) {
-    CUDA_OR_CPU(softcap_crossentropy_backward_cuda(logits, targets, N, V, cap, grad_scale, g_backend.stream),
-                softcap_crossentropy_backward_cpu(logits, targets, N, V, cap, grad_scale));
+static inline void softcap_crossentropy_backward(floatX* logits, const int* targets, size_t N, int V, float cap, const float* scale) {
+    CUDA_OR_CPU(softcap_crossentropy_backward_cuda(logits, targets, N, V, cap, scale, g_backend.stream),
+                softcap_crossentropy_backward_cpu(logits, targets, N, V, cap, scale));
 }
-static inline void loss_sum_accumulate(float* out, float factor, const float* losses, size_t n) {
+static inline void loss_mean_scale(float* scale, const int* targets, size_t N, float grad_scale) {
+    CUDA_OR_CPU(loss_mean_scale_cuda(scale, targets, N, grad_scale, g_backend.stream), loss_mean_scale_cpu(scale, targets, N, grad_scale));
+}
+static inline void loss_sum_accumulate(float* out, const float* factor, const float* losses, size_t n) {
     CUDA_OR_CPU(loss_sum_accumulate_cuda(out, factor, losses, n, g_backend.stream), loss_sum_accumulate_cpu(out, factor, losses, n));
 }
 static inline void softcap(floatX* logits, size_t n, float cap) {

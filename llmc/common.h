@@ -21,6 +21,9 @@
 #include <omp.h>
 #endif
 
+// A target that is no prediction (PyTorch's and nanochat's ignore_index): SFT's masked positions (loss.cuh)
+static const int IGNORE_INDEX = -1;
+
 // ----------------------------------------------------------------------------------------------------
 // Errors. Every bad input ends here: one message on stderr, exit code 1, never a crash.
 

@@ -1,5 +1,8 @@
 // loss.cuh: logit softcap and cross-entropy, fused: the forward leaves the softcapped logits in place,
 // and the backward turns them into their gradients in place, so probabilities are never stored.
+// A target of IGNORE_INDEX (-1, PyTorch's and nanochat's ignore_index) is no prediction: its loss is 0, its
+// row's gradient 0, and the mean loss is over the other targets (SFT masks everything but the assistant's
+// tokens this way; pretraining targets are never ignored).
 #pragma once
 
 #include "common.h"
@@ -20,12 +23,17 @@ static inline double row_sum_exp_lanes(const float* x, int n, float shift) {
     return sum;
 }
 
-// logits (N, V) in place: raw -> cap * tanh(raw / cap); losses (N) = -log softmax(capped)[target].
+// logits (N, V) in place: raw -> cap * tanh(raw / cap); losses (N) = -log softmax(capped)[target], 0 where
+// the target is IGNORE_INDEX.
 static inline void softcap_crossentropy_forward_cpu(float* losses, float* logits, const int* targets, size_t N, int V, float cap) {
 #pragma omp parallel for schedule(static)
     for (long n = 0; n < (long)N; n++) {
         float* row = logits + (size_t)n * V;
         for (int i = 0; i < V; i++) row[i] = cap * tanhf_simd(row[i] / cap);
+        if (targets[n] == IGNORE_INDEX) {
+            losses[n] = 0.0f;
+            continue;
+        }
         const float row_max = max_lanes(row, V);
         losses[n] = (float)(log(row_sum_exp_lanes(row, V, row_max)) + row_max - row[targets[n]]);
     }
@@ -37,20 +45,38 @@ static inline void softcap_cpu(float* logits, size_t n, float cap) {
     for (long i = 0; i < (long)n; i++) logits[i] = cap * tanhf_simd(logits[i] / cap);
 }
 
-// out[0] += factor * sum(losses[0 .. n)): the training loss of a micro-batch, added up where the losses
-// are (factor = 1 / (n * accumulation steps) gives the step's mean loss), so the loop reads one number per step.
-static inline void loss_sum_accumulate_cpu(float* out, float factor, const float* losses, size_t n) {
-    double sum = 0.0;
-    for (size_t i = 0; i < n; i++) sum += losses[i];
-    out[0] += (float)(factor * sum);
+// scale[0] = grad_scale / (the number of targets that are not IGNORE_INDEX, at least 1): the factor that
+// turns the sum of a micro-batch's losses into grad_scale x their mean. It lives in backend memory, where the
+// loss's backward and loss_sum_accumulate read it, so a CUDA graph of the micro-step stays valid while the
+// count changes from batch to batch (SFT). A batch with every target ignored has loss 0 and no gradient
+// (PyTorch's mean over no targets would be NaN).
+static inline void loss_mean_scale_cpu(float* scale, const int* targets, size_t N, float grad_scale) {
+    size_t count = 0;
+    for (size_t n = 0; n < N; n++) count += targets[n] != IGNORE_INDEX;
+    scale[0] = grad_scale / (float)(count > 0 ? count : 1);
 }
 
-// logits (N, V) in place: capped logits -> dL/d(raw logits) for L = grad_scale * sum_n losses[n]
-// (grad_scale = 1 / (B*T) for the mean loss): (softmax - onehot) * grad_scale * (1 - (capped / cap)^2).
-static inline void softcap_crossentropy_backward_cpu(float* logits, const int* targets, size_t N, int V, float cap, float grad_scale) {
+// out[0] += factor[0] * sum(losses[0 .. n)): the training loss of a micro-batch, added up where the losses
+// are (factor = loss_mean_scale's, with grad_scale = 1 / accumulation steps, gives the step's mean loss), so the
+// loop reads one number per step.
+static inline void loss_sum_accumulate_cpu(float* out, const float* factor, const float* losses, size_t n) {
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) sum += losses[i];
+    out[0] += (float)(factor[0] * sum);
+}
+
+// logits (N, V) in place: capped logits -> dL/d(raw logits) for L = scale[0] * sum_n losses[n]
+// (scale from loss_mean_scale: grad_scale x the mean loss): (softmax - onehot) * scale * (1 - (capped / cap)^2);
+// 0 on the rows whose target is IGNORE_INDEX.
+static inline void softcap_crossentropy_backward_cpu(float* logits, const int* targets, size_t N, int V, float cap, const float* scale) {
+    const float grad_scale = scale[0];
 #pragma omp parallel for schedule(static)
     for (long n = 0; n < (long)N; n++) {
         float* row = logits + (size_t)n * V;
+        if (targets[n] == IGNORE_INDEX) {
+            for (int i = 0; i < V; i++) row[i] = 0.0f;
+            continue;
+        }
         const float row_max = max_lanes(row, V);
         const float inv_sum = (float)(1.0 / row_sum_exp_lanes(row, V, row_max));
         const float target_capped = row[targets[n]];
@@ -153,14 +179,15 @@ __device__ __forceinline__ void loss_row_walk(floatX* row, int V, F f) {
     }
 }
 
-// logits (N, V) bf16 in place raw -> cap tanh(raw / cap); losses (N) fp32 = logsumexp(capped) - capped[target]
-// grid N blocks of LOSS_THREADS
+// logits (N, V) bf16 in place raw -> cap tanh(raw / cap); losses (N) fp32 = logsumexp(capped) - capped[target],
+// 0 where the target is IGNORE_INDEX (its row is capped all the same). grid N blocks of LOSS_THREADS
 __global__ void __launch_bounds__(LOSS_THREADS) softcap_crossentropy_forward_kernel(float* losses, floatX* logits,
                                                                                      const int* targets, int V, float cap) {
     floatX* row = logits + (size_t)blockIdx.x * V;
     const int target = targets[blockIdx.x];
+    const bool ignored = target == IGNORE_INDEX;
     float raw_target = 0.0f;
-    if (threadIdx.x == 0) raw_target = to_float(row[target]);
+    if (threadIdx.x == 0 && !ignored) raw_target = to_float(row[target]);
     __syncthreads();  // read before any thread overwrites it with its capped value
     LossLse acc = {-INFINITY, 0.0f};
     loss_row_walk<true>(row, V, [&](int, float x) {
@@ -170,15 +197,20 @@ __global__ void __launch_bounds__(LOSS_THREADS) softcap_crossentropy_forward_ker
     });
     acc = loss_lse_block(acc);
     // the same expression as in the walk, so the target term is exactly the summed element
-    if (threadIdx.x == 0) losses[blockIdx.x] = logf(acc.s) + acc.m - cap * tanhf(raw_target / cap);
+    if (threadIdx.x == 0) losses[blockIdx.x] = ignored ? 0.0f : logf(acc.s) + acc.m - cap * tanhf(raw_target / cap);
 }
 
-// logits (N, V) bf16 in place: capped -> (softmax - onehot(target)) grad_scale (1 - (capped / cap)^2)
-// grid N blocks of LOSS_THREADS
+// logits (N, V) bf16 in place: capped -> (softmax - onehot(target)) scale[0] (1 - (capped / cap)^2), 0 on the
+// rows whose target is IGNORE_INDEX. grid N blocks of LOSS_THREADS
 __global__ void __launch_bounds__(LOSS_THREADS) softcap_crossentropy_backward_kernel(floatX* logits, const int* targets,
-                                                                                      int V, float cap, float grad_scale) {
+                                                                                      int V, float cap, const float* scale) {
     floatX* row = logits + (size_t)blockIdx.x * V;
     const int target = targets[blockIdx.x];
+    if (target == IGNORE_INDEX) {
+        loss_row_walk<true>(row, V, [](int, float) { return 0.0f; });
+        return;
+    }
+    const float grad_scale = scale[0];
     LossLse acc = {-INFINITY, 0.0f};
     loss_row_walk<false>(row, V, [&](int, float x) {
         loss_lse_add(acc, x);
@@ -210,17 +242,28 @@ __global__ void softcap_kernel(floatX* logits, size_t n, float cap, bool vec) {
     }
 }
 
-// out[0] += factor * sum(losses[0 .. n)); one block of LOSS_THREADS: each thread sums a fixed strided
+// scale[0] = grad_scale / max(1, number of targets (N) that are not IGNORE_INDEX); one block of LOSS_THREADS,
+// the count exact in integers (__syncthreads_count per pass over blockDim targets)
+__global__ void __launch_bounds__(LOSS_THREADS) loss_mean_scale_kernel(float* scale, const int* targets, size_t N, float grad_scale) {
+    size_t count = 0;
+    for (size_t start = 0; start < N; start += blockDim.x) {
+        const size_t n = start + threadIdx.x;
+        count += (size_t)__syncthreads_count(n < N && targets[n] != IGNORE_INDEX);
+    }
+    if (threadIdx.x == 0) scale[0] = grad_scale / (float)(count > 0 ? count : 1);
+}
+
+// out[0] += factor[0] * sum(losses[0 .. n)); one block of LOSS_THREADS: each thread sums a fixed strided
 // subset in order, then block_sum's fixed tree. A micro-batch has at most a few hundred thousand losses.
-__global__ void __launch_bounds__(LOSS_THREADS) loss_sum_accumulate_kernel(float* out, float factor, const float* losses, size_t n) {
+__global__ void __launch_bounds__(LOSS_THREADS) loss_sum_accumulate_kernel(float* out, const float* factor, const float* losses, size_t n) {
     __shared__ float shared[32];
     float v = 0.0f;
     for (size_t i = threadIdx.x; i < n; i += blockDim.x) v += losses[i];
     v = block_sum(v, shared);
-    if (threadIdx.x == 0) out[0] += factor * v;
+    if (threadIdx.x == 0) out[0] += factor[0] * v;
 }
 
-// losses (N) fp32; logits (N, V) bf16, raw -> capped in place; targets (N) in [0, V)
+// losses (N) fp32; logits (N, V) bf16, raw -> capped in place; targets (N) in [0, V) or IGNORE_INDEX
 static inline void softcap_crossentropy_forward_cuda(float* losses, floatX* logits, const int* targets, size_t N, int V,
                                                      float cap, cudaStream_t stream) {
     if (N == 0) return;
@@ -229,12 +272,18 @@ static inline void softcap_crossentropy_forward_cuda(float* losses, floatX* logi
     cudaCheckLaunch();
 }
 
-// logits (N, V) bf16, capped -> dL/d(raw logits) in place, for L = grad_scale * sum_n losses[n]
+// logits (N, V) bf16, capped -> dL/d(raw logits) in place, for L = scale[0] * sum_n losses[n] (scale: device memory)
 static inline void softcap_crossentropy_backward_cuda(floatX* logits, const int* targets, size_t N, int V, float cap,
-                                                      float grad_scale, cudaStream_t stream) {
+                                                      const float* scale, cudaStream_t stream) {
     if (N == 0) return;
     if (V <= 0) fail("softcap_crossentropy_backward_cuda: V = %d", V);
-    softcap_crossentropy_backward_kernel<<<(unsigned)N, LOSS_THREADS, 0, stream>>>(logits, targets, V, cap, grad_scale);
+    softcap_crossentropy_backward_kernel<<<(unsigned)N, LOSS_THREADS, 0, stream>>>(logits, targets, V, cap, scale);
+    cudaCheckLaunch();
+}
+
+// scale[0] (device memory) = grad_scale / max(1, targets (N) not IGNORE_INDEX)
+static inline void loss_mean_scale_cuda(float* scale, const int* targets, size_t N, float grad_scale, cudaStream_t stream) {
+    loss_mean_scale_kernel<<<1, LOSS_THREADS, 0, stream>>>(scale, targets, N, grad_scale);
     cudaCheckLaunch();
 }
 
@@ -246,8 +295,8 @@ static inline void softcap_cuda(floatX* logits, size_t n, float cap, cudaStream_
     cudaCheckLaunch();
 }
 
-// out[0] += factor * sum(losses[0 .. n)), deterministic (see the kernel)
-static inline void loss_sum_accumulate_cuda(float* out, float factor, const float* losses, size_t n, cudaStream_t stream) {
+// out[0] += factor[0] * sum(losses[0 .. n)), deterministic (see the kernel); factor in device memory
+static inline void loss_sum_accumulate_cuda(float* out, const float* factor, const float* losses, size_t n, cudaStream_t stream) {
     loss_sum_accumulate_kernel<<<1, LOSS_THREADS, 0, stream>>>(out, factor, losses, n);
     cudaCheckLaunch();
 }

@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
         gpt_train_micro_step(&model, tokens.data(), tokens.data() + 1, B, c.seq_len, 1.0f);
         synchronize();
         double t1 = wall_ms();
-        optimizer_step(&opt, &model);
+        optimizer_step(&opt, &model, base_schedule(opt.config, opt.step));
         synchronize();
         double t2 = wall_ms();
         gpt_set_batch(&model, tokens.data(), tokens.data() + 1, B, c.seq_len);

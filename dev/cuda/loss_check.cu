@@ -3,9 +3,10 @@
 //   nvcc -arch=sm_90 -O3 -std=c++17 -Xcompiler -Wall,-Wextra,-fopenmp,-march=native,-Wno-unused-function -Werror all-warnings -I. dev/cuda/loss_check.cu -o /tmp/loss_check -lgomp && /tmp/loss_check
 //
 // Per (N, V), V up to 65536 and odd (rows then start at every alignment): random raw bf16 logits, some
-// beyond the cap; losses poisoned with NaN first.
+// beyond the cap; every 7th target IGNORE_INDEX (loss 0, gradient row 0); losses poisoned with NaN first.
 //   forward:  losses vs the CPU twin on the same bf16 raw values (both fp32 math: tight tolerance), the
 //             capped logits (bf16 vs fp32: bf16 tolerance);
+//   scale:    loss_mean_scale (grad_scale / targets not ignored) equal to the CPU twin's, bit for bit;
 //   backward: on the GPU's capped logits, vs the CPU twin run on the same (bf16) capped values;
 //   softcap:  the inference kernel, aligned and at an odd offset.
 // Determinism: two runs from the same input, identical bits. Time: median, L2 flushed, as GB/s of the
@@ -15,14 +16,15 @@
 
 static void check_loss(int N, int V, int repeats, Rng* rng) {
     const size_t n = (size_t)N * V;
-    const float cap = 15.0f, grad_scale = 1.0f / (float)N;
+    const float cap = 15.0f, grad_scale = 0.5f;
     floatX* logits = dev_alloc<floatX>(n);
     floatX* backup = dev_alloc<floatX>(n);
     float* losses = dev_alloc<float>(N);
     int* targets = dev_alloc<int>(N);
+    float* scale = dev_alloc<float>(1);
     fill_random(backup, n, -40.0f, 40.0f);  // raw logits, many beyond the cap of 15
     std::vector<int> h_targets(N);
-    for (int i = 0; i < N; i++) h_targets[i] = std::min(V - 1, (int)(rng_uniform(rng) * (float)V));
+    for (int i = 0; i < N; i++) h_targets[i] = i % 7 == 3 ? IGNORE_INDEX : std::min(V - 1, (int)(rng_uniform(rng) * (float)V));
     cudaCheck(cudaMemcpy(targets, h_targets.data(), N * sizeof(int), cudaMemcpyHostToDevice));
     const std::vector<float> raw = download_bf16(backup, n);
     char name[96];
@@ -49,20 +51,28 @@ static void check_loss(int N, int V, int repeats, Rng* rng) {
     snprintf(name, sizeof name, "fwd capped logits N=%d V=%d", N, V);
     record(name, all_finite(capped) ? rel_err(capped.data(), ref_logits.data(), n) : NAN, 1e-2, det, ms, gb / ms * 1e3, "GB/s");
 
+    // the mean's scale
+    float ref_scale, h_scale;
+    loss_mean_scale_cpu(&ref_scale, h_targets.data(), N, grad_scale);
+    loss_mean_scale_cuda(scale, targets, N, grad_scale, 0);
+    cudaCheck(cudaMemcpy(&h_scale, scale, sizeof(float), cudaMemcpyDeviceToHost));
+    snprintf(name, sizeof name, "loss mean scale N=%d", N);
+    record(name, h_scale == ref_scale ? 0.0 : 1.0, 0.0, true, NAN, NAN, "");
+
     // backward, from the GPU's capped logits (kept in `backup` for the reruns)
     cudaCheck(cudaMemcpy(backup, logits, n * sizeof(floatX), cudaMemcpyDeviceToDevice));
     for (int run = 0; run < 2; run++) {
         cudaCheck(cudaMemcpy(logits, backup, n * sizeof(floatX), cudaMemcpyDeviceToDevice));
-        softcap_crossentropy_backward_cuda(logits, targets, N, V, cap, grad_scale, 0);
+        softcap_crossentropy_backward_cuda(logits, targets, N, V, cap, scale, 0);
         cudaCheck(cudaDeviceSynchronize());
         bits[run] = download_bytes(logits, n);
     }
     det = bits[0] == bits[1];
     std::vector<float> ref_grad = capped;
-    softcap_crossentropy_backward_cpu(ref_grad.data(), h_targets.data(), N, V, cap, grad_scale);
+    softcap_crossentropy_backward_cpu(ref_grad.data(), h_targets.data(), N, V, cap, &ref_scale);
     const std::vector<float> grad = download_bf16(logits, n);
     ms = time_ms([&] { cudaCheck(cudaMemcpy(logits, backup, n * sizeof(floatX), cudaMemcpyDeviceToDevice)); },
-                 [&] { softcap_crossentropy_backward_cuda(logits, targets, N, V, cap, grad_scale, 0); }, repeats);
+                 [&] { softcap_crossentropy_backward_cuda(logits, targets, N, V, cap, scale, 0); }, repeats);
     snprintf(name, sizeof name, "bwd N=%d V=%d", N, V);
     record(name, all_finite(grad) ? rel_err(grad.data(), ref_grad.data(), n) : NAN, 1e-2, det, ms, gb / ms * 1e3, "GB/s");
 
@@ -87,7 +97,7 @@ static void check_loss(int N, int V, int repeats, Rng* rng) {
         record(name, all_finite(out) ? rel_err(out.data(), ref.data(), m) : NAN, 1e-2, det, ms,
                2.0 * m * sizeof(floatX) * 1e-9 / ms * 1e3, "GB/s");
     }
-    for (void* p : {(void*)logits, (void*)backup, (void*)losses, (void*)targets}) cudaCheck(cudaFree(p));
+    for (void* p : {(void*)logits, (void*)backup, (void*)losses, (void*)targets, (void*)scale}) cudaCheck(cudaFree(p));
 }
 
 int main(int argc, char** argv) {

@@ -67,7 +67,11 @@ CONFIGS = [
     ("gpu_xsa_learn_d64", dict(vocab_size=100, n_layer=3, n_head=4, n_kv_head=2, head_dim=64, n_embd=64, seq_len=80,
                                window_pattern="SSL", short_window=32, value_embeds=True, smear=True,
                                xsa_learnable=True, xsa_layers=[0, 1, 2]), 1033),
+    # SFT's loss: targets -1 (ignored) where the mask is 0, as a conversation packs them: row 0 a prompt (ignored)
+    # then an answer, row 1 an answer then padding (ignored), and scattered ignored targets in between
+    ("sft_masked", _window(), 1041),
 ]
+MASKED = {"sft_masked"}  # configs whose targets get build()'s mask
 
 
 def metadata(cfg, batch):
@@ -92,13 +96,19 @@ def metadata(cfg, batch):
     } | ({"xsa_learnable": "1"} if cfg.xsa_learnable else {})  # absent means fixed (the files made before it existed)
 
 
-def build(cfg_kwargs, seed, batch=BATCH):
+def build(cfg_kwargs, seed, batch=BATCH, masked=False):
     """Returns (cfg, model in float64 with float32-representable weights, idx, targets)."""
     cfg = Config(**cfg_kwargs)
     model = random_init(GPT(cfg, dtype=torch.float64), seed)
     g = torch.Generator().manual_seed(seed + 500000)
     idx = torch.randint(0, cfg.vocab_size, (batch, cfg.seq_len), generator=g)
     targets = torch.randint(0, cfg.vocab_size, (batch, cfg.seq_len), generator=g)
+    if masked:
+        T = cfg.seq_len
+        ignore = torch.rand((batch, T), generator=g) < 0.25
+        ignore[0, : T // 3] = True
+        ignore[-1, 2 * T // 3:] = True
+        targets[ignore] = -1
     return cfg, model, idx, targets
 
 
@@ -109,7 +119,7 @@ def diagnostics(cfg, record):
 
 
 def make(name, cfg_kwargs, seed, outdir):
-    cfg, model, idx, targets = build(cfg_kwargs, seed)
+    cfg, model, idx, targets = build(cfg_kwargs, seed, masked=name in MASKED)
     model.zero_grad(set_to_none=True)
     record = []
     logits, loss = model(idx, targets, record)

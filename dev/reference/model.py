@@ -300,7 +300,8 @@ class GPT(nn.Module):
         logits = store(cfg.softcap * torch.tanh(logits / cfg.softcap))
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), targets.reshape(-1))
+            # target -1 = no prediction (SFT's masked positions), nanochat's ignore_index; the mean is over the rest
+            loss = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), targets.reshape(-1), ignore_index=-1)
         return logits, loss
 
 

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""End-to-end tests of SFT (train_gpt --sft, dev/docs/optim.md#sft) on the committed mini mixture
+dev/data/sft_mini_tokens (the conversations dev/data/sft.py renders from dev/data/sft_mini with the embedded
+tokenizer): a tiny base model trained for a few steps, then fine-tuned for one epoch of conversations. The
+masked validation loss falls; the run resumes bit for bit; exported weights start a fresh optimizer; bad
+options and bad conversation files end in one error line. The loss itself (ignored targets, the mean over
+the rest) is checked against the PyTorch reference by test_xsa.cu (dev/reference/data/sft_masked), and the
+packing against a hand-worked example there too.
+
+    python3 dev/test/test_sft_train.py        (or all suites: make test)
+
+Standard library only.
+"""
+import json
+import os
+import shutil
+import struct
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import xsatest  # noqa: E402
+from xsatest import binary, check_one_error, read, run  # noqa: E402
+import test_e2e  # noqa: E402  (train_gpt, rejects, train_losses)
+from test_e2e import train_gpt, rejects, train_losses  # noqa: E402
+
+MINI = "dev/data/sft_mini_tokens"
+# a base model of the embedded tokenizer's vocabulary, rows of 128 tokens: the mini conversations fit
+BASE = "-d 1 --dim 32 --heads 2 -t 128 -b 2 -B 512 --warmup-steps 2 --eval-every 5 --eval-tokens 512 --sample-every -1 -x 1"
+SFT_EVAL = "--eval-every 5 --eval-tokens 2048"
+
+
+def metric_lines(path, kind):
+    out = []
+    for line in read(path).decode().split("\n"):
+        if line.strip() and json.loads(line)["kind"] == kind:
+            out.append(json.loads(line))
+    return out
+
+
+class TestSft(xsatest.TempDirTest):
+    PREFIX = "xsa_sft_"
+
+    def setUp(self):
+        super().setUp()
+        code, out = train_gpt(BASE + " -n 4 -o %s --export-safetensors %s" % (self.q("base"), self.q("base", "weights.safetensors")))
+        self.assertEqual(code, 0, "the base run failed:\n" + out)
+        self.base = self.path("base", "ckpt_000004.safetensors")
+
+    def test_run_lowers_loss_and_resumes(self):
+        """train_gpt --sft MINI --init-from BASE_CHECKPOINT: one epoch, the masked val bpb falls, the optimizer
+        warm-started, XSA as the base run's; --resume from step 5 gives the same weights and losses bit for bit"""
+        a, b = self.path("a"), self.path("b")
+        os.mkdir(b)
+        flags = "--sft %s %s --save-every 5" % (MINI, SFT_EVAL)
+        code, out = train_gpt(flags + " --init-from %s -o %s --export-safetensors %s" % (self.base, self.q("a"), self.q("a", "final.safetensors")))
+        evals = metric_lines(os.path.join(a, "metrics.jsonl"), "eval")
+        steps = len(metric_lines(os.path.join(a, "metrics.jsonl"), "train"))
+        with self.subTest("exit 0, optimizer state loaded, XSA alpha 1 from the base run, one epoch of steps, val bpb at the end "
+                          "below step 0's by > 10%"):
+            ok = (code == 0 and "weights and optimizer state" in out and "XSA: alpha 1 on layers 0" in out and "(one epoch)" in out and
+                  steps >= 10 and len(evals) >= 3 and evals[-1]["val_bpb"] < 0.9 * evals[0]["val_bpb"])
+            self.assertTrue(ok, "exit %d, %d steps, val bpb %s; output:\n%s" % (code, steps, [e["val_bpb"] for e in evals], out[-3000:]))
+        for name in ("ckpt_000005.safetensors", "metrics.jsonl"):
+            if os.path.exists(os.path.join(a, name)):
+                shutil.copy(os.path.join(a, name), b)
+        code_b, out_b = train_gpt(flags + " --resume %s --export-safetensors %s" % (self.q("b"), self.q("b", "final.safetensors")))
+        final_a, final_b = read(os.path.join(a, "final.safetensors")), read(os.path.join(b, "final.safetensors"))
+        losses_a = train_losses(read(os.path.join(a, "metrics.jsonl")).decode())
+        losses_b = train_losses(read(os.path.join(b, "metrics.jsonl")).decode())
+        with self.subTest("--sft --resume from step 5: final weights bit-identical, train losses identical"):
+            self.assertTrue(code_b == 0 and final_a != b"" and final_a == final_b and len(losses_a) == steps and losses_a == losses_b,
+                            "exit %d, weights %s, losses %s; output:\n%s" % (code_b, "same" if final_a == final_b else "DIFFER",
+                                                                             "same" if losses_a == losses_b else "DIFFER", out_b[-3000:]))
+        rejects(self, "--resume %s" % self.q("b"), "resume with the same model and optimizer flags")  # an SFT run resumed as base training
+        rejects(self, "--sft %s --resume %s" % (MINI, self.q("base")), "is a checkpoint of base training")
+
+    def test_exported_weights(self):
+        """--init-from exported weights: the total batch must be given (-B), and the optimizer starts fresh, with a warning"""
+        weights = self.path("base", "weights.safetensors")
+        rejects(self, "--sft %s --init-from %s -n 2" % (MINI, weights), "give SFT's with -B")
+        code, out = train_gpt("--sft %s --init-from %s -n 2 -B 512 %s" % (MINI, weights, SFT_EVAL))
+        self.assertTrue(code == 0 and "holds no optimizer state" in out and "2 steps (-n)" in out, "exit %d; output:\n%s" % (code, out[-3000:]))
+
+    def test_bad_options_and_files(self):
+        """bad options and conversation files: exit 1, one error line"""
+        sft = "--sft %s --init-from %s" % (MINI, self.base)
+        rejects(self, "--sft " + MINI, "--sft needs --init-from")
+        rejects(self, sft + " -d 2", "-d cannot be set with --sft")
+        rejects(self, sft + " -x 0.5", "-x cannot be set with --sft")
+        rejects(self, "--init-lr-frac 0.5", "is an SFT option")
+        rejects(self, sft + " --init-lr-frac 0", "--init-lr-frac must be > 0")
+        rejects(self, "--sft %s --init-from %s" % (self.q("missing"), self.base), "cannot open conversation file")
+        good = read(os.path.join(xsatest.REPO, MINI, "sft_train.bin"))
+        val = read(os.path.join(xsatest.REPO, MINI, "sft_val.bin"))
+        cases = {
+            "magic": (struct.pack("<i", 20240520) + good[4:], "is not a conversation file"),
+            "truncated": (good[:-7], "is truncated or corrupt"),
+            "vocab": (good[:24] + struct.pack("<i", 50000) + good[28:], "was written with a tokenizer of 50000 tokens"),
+            "bos": (good[:1024 + 8 * 161] + struct.pack("<I", 7) + good[1024 + 8 * 161 + 4:], "starts with token 7, not BOS"),
+        }
+        for name, (data, expect) in cases.items():
+            os.makedirs(self.path(name))
+            with open(self.path(name, "sft_train.bin"), "wb") as f:
+                f.write(data)
+            with open(self.path(name, "sft_val.bin"), "wb") as f:
+                f.write(val)
+            rejects(self, "--sft %s --init-from %s" % (self.q(name), self.base), expect)
+
+
+if __name__ == "__main__":
+    unittest.main()
