@@ -50,8 +50,8 @@ else
 endif
 
 # Talking to a trained model (README.md#talk-to-the-model): sample continues a text, chat holds a
-# conversation; both with the backend of this machine, as train_gpt.
-sample chat: %: %.cpp train_gpt.cu $(HEADERS)
+# conversation, chat_eval scores a chat model's ChatCORE; all with the backend of this machine, as train_gpt.
+sample chat chat_eval: %: %.cpp train_gpt.cu $(HEADERS)
 ifeq ($(HAS_GPU),1)
 	$(NVCC) $(NVCCFLAGS) $(NVCC_LIBFLAGS) -x cu $< -o $@ $(CUDA_LIBS)
 else
@@ -78,6 +78,11 @@ test_xsa_cuda: test_xsa.cu train_gpt.cu $(HEADERS)
 
 # text -> token ids with llmc/tokenizer.h's encoder, for its tests (dev/data/test_encoder.py) and benchmark
 dev/data/bin/tokenize: dev/data/tokenize.cpp $(HEADERS)
+	@mkdir -p dev/data/bin
+	$(CXX) $(CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) -I. $< -o $@
+
+# nanochat's calculator tool with llmc/calculator.h, for its tests (dev/data/test_calculator.py)
+dev/data/bin/calc: dev/data/calc.cpp $(HEADERS)
 	@mkdir -p dev/data/bin
 	$(CXX) $(CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) -I. $< -o $@
 
@@ -130,7 +135,7 @@ $(GPU_BIN)/test_xsa_cpu: test_xsa.cu train_gpt.cu $(HEADERS)
 # The suites, one PASS/FAIL/SKIP line per check, a subtotal per suite and one closing line
 # "N passed, N failed[, N skipped]" over all of them (dev/test/run_tests.py): ./test_xsa_cpu (the
 # numerics), dev/test/test_e2e.py (the binaries end to end) and the Python tools' tests (dev/**/test_*.py).
-test: test_xsa_cpu train_gpt_cpu eval_core sample chat dev/data/bin/tokenize
+test: test_xsa_cpu train_gpt_cpu eval_core sample chat chat_eval dev/data/bin/tokenize dev/data/bin/calc
 	$(PYTHON) dev/test/run_tests.py
 
 # test's suites, plus: every CUDA target compiled where nvcc exists (cuda_targets, one check), and
@@ -138,7 +143,7 @@ test: test_xsa_cpu train_gpt_cpu eval_core sample chat dev/data/bin/tokenize
 # (emu_test's targets, one check each; the real CUDA tests: dev/gpu_check.sh on a GPU machine).
 # (CUDA_COMPILE is not written as $(MAKE) in the recipe: that would make `make -n test-all` run the tests.)
 CUDA_COMPILE = $(MAKE) --no-print-directory cuda_targets
-test-all: test_xsa_cpu train_gpt_cpu eval_core sample chat dev/data/bin/tokenize
+test-all: test_xsa_cpu train_gpt_cpu eval_core sample chat chat_eval dev/data/bin/tokenize dev/data/bin/calc
 	$(PYTHON) dev/test/run_tests.py $(if $(HAS_NVCC),--compile '$(CUDA_COMPILE)') \
 	    $(if $(and $(HAS_GPU),$(HAS_NVCC)),--cuda ./test_xsa_cuda,--emu '$(EMU_TEST_TARGETS)')
 
@@ -153,7 +158,7 @@ bench: dev/bench/bench_fwdbwd dev/bench/bench_cpu_kernels
 	bash dev/bench/cpu_vs_torch.sh
 
 clean:
-	rm -rf train_gpt train_gpt_cpu train_gpt_cuda eval_core eval_core_cuda test_xsa_cpu test_xsa_cuda sample chat \
+	rm -rf train_gpt train_gpt_cpu train_gpt_cuda eval_core eval_core_cuda test_xsa_cpu test_xsa_cuda sample chat chat_eval \
 	       dev/bench/bench_fwdbwd dev/bench/bench_fwdbwd_cuda dev/bench/bench_cpu_kernels dev/cuda/bin dev/fuzz/bin dev/fuzz/artifacts build/sanitize dev/data/bin
 
 # The CUDA code on the CPU emulator (dev/cuda/emu/README.md), no GPU needed: the emulator's self-test and
@@ -201,7 +206,7 @@ fuzz-seeds: fuzz-build
 SAN_DIR = build/sanitize
 SANFLAGS = -O2 -g -march=native -std=c++17 -fno-trapping-math -Wall -Wextra -Werror -fno-omit-frame-pointer \
            -fsanitize=address,undefined -fno-sanitize-recover=undefined
-SAN_BINS = $(SAN_DIR)/train_gpt_cpu $(SAN_DIR)/eval_core $(SAN_DIR)/test_xsa_cpu $(SAN_DIR)/sample $(SAN_DIR)/chat \
+SAN_BINS = $(SAN_DIR)/train_gpt_cpu $(SAN_DIR)/eval_core $(SAN_DIR)/test_xsa_cpu $(SAN_DIR)/sample $(SAN_DIR)/chat $(SAN_DIR)/chat_eval \
            $(SAN_DIR)/dev/data/bin/tokenize
 # exitcode 86: a report is never mistaken for a rejected input (exit 1); leaks are not checked (fail()
 # exits with live allocations by design, and libgomp keeps its own)
@@ -217,7 +222,7 @@ $(SAN_DIR)/eval_core: eval_core.cpp train_gpt.cu $(HEADERS)
 	@mkdir -p $(SAN_DIR)
 	$(CXX) $(SANFLAGS) $(LIBFLAGS) $(OMPFLAGS) eval_core.cpp -o $@
 
-$(SAN_DIR)/sample $(SAN_DIR)/chat: $(SAN_DIR)/%: %.cpp train_gpt.cu $(HEADERS)
+$(SAN_DIR)/sample $(SAN_DIR)/chat $(SAN_DIR)/chat_eval: $(SAN_DIR)/%: %.cpp train_gpt.cu $(HEADERS)
 	@mkdir -p $(SAN_DIR)
 	$(CXX) $(SANFLAGS) $(LIBFLAGS) $(OMPFLAGS) -x c++ $< -o $@
 

@@ -6,6 +6,8 @@ it writes <|assistant_end|> (or <|bos|>, or -n tokens); the answer and <|assista
 conversation, and the next turn sees all of it (the whole conversation is one sequence, BOS first, as
 nanochat's chat_cli builds it). Type 'clear' to start over, 'quit' or end of input to stop. With -p:
 one answer to that text, then exit. A base model's answers will not make sense; the path works all the same.
+As nanochat's engine, the answer may use the calculator: <|python_start|> 12/60 <|python_end|> is followed
+by <|output_start|> 0.2 <|output_end|>, forced in (train_gpt.cu: CalculatorTool).
 */
 #define TRAIN_GPT_NO_MAIN  // use train_gpt.cu as a library: everything but main()
 #include "train_gpt.cu"
@@ -50,6 +52,7 @@ int main(int argc, char** argv) {
     const int user_start = special_or_fail(&tok, "<|user_start|>"), user_end = special_or_fail(&tok, "<|user_end|>");
     const int assistant_start = special_or_fail(&tok, "<|assistant_start|>"), assistant_end = special_or_fail(&tok, "<|assistant_end|>");
     const int context = model.config.seq_len;
+    const CalculatorTool tool = calculator_tool(&tok);  // the model's <|python_start|> 2+3 <|python_end|> gets its result
     if (!one_shot) printf("chat with %s (context %d tokens, %s). 'clear' starts over, 'quit' stops.\n", a.weights.c_str(), context, BACKEND_NAME);
 
     std::vector<int> conversation = {tok.bos_id};
@@ -89,7 +92,7 @@ int main(int argc, char** argv) {
             const std::string& piece = tok.pieces[token];
             fwrite(piece.data(), 1, piece.size(), stdout);
             fflush(stdout);
-        }, &stats);
+        }, &stats, &tool);
         printf("\n");
         conversation.insert(conversation.end(), answer[0].begin(), answer[0].end());
         conversation.push_back(assistant_end);

@@ -198,7 +198,7 @@ struct Shard : MappedFile {
 // Maps a shard and checks its header against the file size. Token ids are checked as they are read.
 static inline Shard shard_open(const std::string& path) {
     Shard s;
-    int32_t header[SHARD_HEADER_INTS];
+    int32_t header[SHARD_HEADER_INTS] = {};  // (initialised: nvcc cannot see that mapped_file_open fills it first)
     mapped_file_open(&s, path, "shard", header, SHARD_HEADER_BYTES, [&](uint64_t file_bytes) {
         if (header[0] != SHARD_MAGIC) fail("'%s' is not a token shard (magic %d, expected %d)", path.c_str(), header[0], SHARD_MAGIC);
         if (header[1] != 1 && header[1] != 2) fail("shard '%s' has version %d; this build reads 1 (uint16) and 2 (uint32)", path.c_str(), header[1]);
@@ -455,7 +455,7 @@ struct ConversationFile : MappedFile {
 // Maps a conversation file and checks its header against the file's size and the tokenizer (vocab_size,
 // bos_id). Conversations are checked as they are fetched (conversation_span).
 static inline void conversation_file_open(ConversationFile* f, const std::string& path, int vocab_size, int bos_id) {
-    int32_t header[SHARD_HEADER_INTS];
+    int32_t header[SHARD_HEADER_INTS] = {};  // (initialised: nvcc cannot see that mapped_file_open fills it first)
     mapped_file_open(f, path, "conversation file", header, SHARD_HEADER_BYTES, [&](uint64_t file_bytes) {
         if (header[0] != CONVERSATION_MAGIC)
             fail("'%s' is not a conversation file (magic %d, expected %d; dev/data/sft.py writes them)", path.c_str(), header[0], CONVERSATION_MAGIC);

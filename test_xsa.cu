@@ -1641,6 +1641,85 @@ static void test_core_rendering(const Tokenizer& tok, const std::string& file, i
           want.size(), gold);
 }
 
+// ChatCORE's answer checkers on hand-made answers (chatcore.h: nanochat's tasks/gsm8k.py and humaneval.py),
+// HumanEval's test process on programs that pass, fail, crash, loop, eat memory or spawn a process, and
+// the calculator tool's token protocol.
+static void test_chatcore_checkers(const Tokenizer& tok) {
+    struct { const char* text; bool found; const char* answer; } gsm[] = {
+        {"So she earns 12 * 5 = 60.\n#### 60", true, "60"},
+        {"#### 1,200 dollars", true, "1200"},
+        {"the answer: #### -3.5\n#### 7", true, "-3.5"},        // the first one
+        {"#### - 5 then #### 42", true, "42"},                 // "#### - 5" is not a number: the next one
+        {"#### -,", true, "-"},                                // the regex takes [0-9.,]+ after the optional '-': "-,"
+        {"####42 and # ### 5", false, ""},                     // no space after ####
+        {"", false, ""},
+    };
+    bool gsm_ok = true;
+    for (const auto& c : gsm) {
+        std::string got;
+        const bool found = gsm8k_extract_answer(c.text, &got);
+        if (found != c.found || (found && got != c.answer)) {
+            gsm_ok = false;
+            printf("     gsm8k '%s': %s '%s', expected %s '%s'\n", c.text, found ? "found" : "none", got.c_str(), c.found ? "found" : "none", c.answer);
+        }
+    }
+    check(gsm_ok, "GSM8K answers: the first '#### NUMBER', commas removed, on 7 hand-made answers");
+    struct { const char* text; const char* program; } code[] = {
+        {"Here:\n```python\ndef f(x):\n    return x + 1\n```\nDone.", "def f(x):\n    return x + 1"},
+        {"```\nx = 1\n```", "x = 1"},
+        {"```python   \n\n  y = 2  \n```", "y = 2"},                // the code starts after the last newline of the whitespace
+        {"```\n\n```", ""},                                            // backtracking: the block is empty
+        {"```python x = 1```\n  def g(): pass  ", "```python x = 1```\n  def g(): pass"},  // no block: all of it, stripped
+        {"text ```python\nunclosed", "text ```python\nunclosed"},
+        {"```py\na\n```\n```python\nb\n```", "```python\nb"},         // "py" fails; the first block then opens at the second fence
+    };
+    bool code_ok = true;  // (the expected programs are what Python's re gives for nanochat's pattern on these strings)
+    for (const auto& c : code) {
+        const std::string got = humaneval_extract_program(c.text);
+        if (got != c.program) {
+            code_ok = false;
+            printf("     program of '%s': '%s', expected '%s'\n", c.text, got.c_str(), c.program);
+        }
+    }
+    check(code_ok, "HumanEval programs: the first ```python block (regex backtracking included), else the whole answer, on 7 hand-made answers");
+    check(!python_path().empty(), "HumanEval's test process: python3 found on PATH");
+    {
+        const std::string test = "def check(candidate):\n    assert candidate(2) == 3\n    assert candidate(-1) == 0\n";
+        ChatTask task;
+        task.checker = CHECK_HUMANEVAL;
+        ChatItem item;
+        item.refs = {"import math", test, "add_one"};
+        struct { const char* answer; bool pass; const char* what; } runs[] = {
+            {"```python\ndef add_one(x):\n    return x + 1\n```", true, "a correct function"},
+            {"def add_one(x):\n    return x + 2", false, "a wrong one"},
+            {"def add_one(x):\n    raise ValueError('no')", false, "one that raises"},
+            {"def add_one(x):\n    while True: pass", false, "one that loops (killed after 5 s)"},
+            {"def add_one(x):\n    return len(bytearray(1 << 30)) and x + 1", false, "one that asks for 1 GiB (256 MB limit)"},
+            {"import os\ndef add_one(x):\n    os.remove('/tmp/nothing')\n    return x + 1", false, "one that deletes a file (disabled)"},
+            {"def add_one(x):\n    return x + 1\nimport sys\nsys.exit(0)", true, "one that exits with 0 before the test: passes, as in nanochat"},
+        };
+        for (const auto& r : runs) {
+            const double t0 = wall_ms();
+            const bool pass = chat_check(task, item, r.answer);
+            check(pass == r.pass, "HumanEval test process: %s %s (%.1f s)", r.what, r.pass ? "passes" : "fails", (wall_ms() - t0) / 1000.0);
+        }
+    }
+    // the tool: <|python_start|> 12/60 <|python_end|> -> <|output_start|> 0.2 <|output_end|> forced in; a refused expression, nothing
+    const CalculatorTool tool = calculator_tool(&tok);
+    auto forced_after = [&](const std::string& expr) {
+        ToolRow row;
+        tool_step(tool, &row, tool.python_start);
+        for (int id : tokenizer_encode(&tok, expr)) tool_step(tool, &row, id);
+        tool_step(tool, &row, tool.python_end);
+        return std::vector<int>(row.forced.rbegin(), row.forced.rend());
+    };
+    std::vector<int> want = {tool.output_start};
+    for (int id : tokenizer_encode(&tok, "0.2")) want.push_back(id);
+    want.push_back(tool.output_end);
+    check(tool.tok != nullptr && forced_after("12/60") == want && forced_after("2**8").empty() && forced_after("1/0").empty(),
+          "calculator tool: 12/60 forces <|output_start|> 0.2 <|output_end|>; 2**8 and 1/0 force nothing");
+}
+
 static void test_core() {
     Tokenizer tok;
     tokenizer_load(&tok, "dev/data/devil/tokenizer.bin");
@@ -1768,6 +1847,11 @@ int main(int argc, char** argv) {
     test_nanochat_counts(24, 1536, 12, 1384122122, 729810624, 4775225616.0);
 
     test_core();
+    {
+        Tokenizer tok;
+        tokenizer_load(&tok, "dev/data/devil/tokenizer.bin");
+        test_chatcore_checkers(tok);
+    }
     test_packing();
     test_sft_packing();
     test_shard_truncated_during_run();

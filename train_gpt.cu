@@ -47,6 +47,8 @@ Model (nanochat a825e63 and later; every formula in dev/docs/model.md), per toke
 #include "llmc/tokenizer.h"    // the tokenizer file: token bytes, BOS, byte lengths for bits per byte
 #include "llmc/safetensors.h"  // weights and checkpoint files
 #include "llmc/core.h"         // CORE task files, scoring and aggregation
+#include "llmc/chatcore.h"     // ChatCORE task files, answer checkers and aggregation
+#include "llmc/calculator.h"   // the calculator tool of chat generation (nanochat's Engine)
 #include "llmc/ranks.cuh"      // data parallelism: forked rank processes, gradient sums (NCCL / shared memory)
 #include "llmc/logger.h"       // metrics.jsonl: JSON lines built with escaping, written with checks and flushed
 
@@ -1667,10 +1669,57 @@ struct GenerateStats {
     double prefill_ms = 0.0, decode_ms = 0.0;   // wall time of each, including the logits' download
 };
 
+// nanochat's calculator tool (its Engine): a row that writes <|python_start|> EXPR <|python_end|> gets
+// <|output_start|> RESULT <|output_end|> forced in as its next tokens, RESULT = calculator_eval of the decoded
+// EXPR (llmc/calculator.h) encoded; no result (an expression it refuses), nothing forced. Forced tokens are
+// new tokens like the sampled ones (they count against max_new).
+struct CalculatorTool {
+    const Tokenizer* tok = nullptr;  // null: no tool (the tokenizer has no chat tokens)
+    int python_start = -1, python_end = -1, output_start = -1, output_end = -1;
+};
+
+static CalculatorTool calculator_tool(const Tokenizer* tok) {
+    CalculatorTool t;
+    t.python_start = tokenizer_special_id(tok, "<|python_start|>");
+    t.python_end = tokenizer_special_id(tok, "<|python_end|>");
+    t.output_start = tokenizer_special_id(tok, "<|output_start|>");
+    t.output_end = tokenizer_special_id(tok, "<|output_end|>");
+    if (t.python_start >= 0 && t.python_end >= 0 && t.output_start >= 0 && t.output_end >= 0) t.tok = tok;
+    return t;
+}
+
+// One row's use of the tool: the tokens to force in (the next one last) and the expression being written
+struct ToolRow {
+    std::vector<int> forced, expr;
+    bool in_python = false;
+};
+
+// The tool sees the row's next token (sampled or forced)
+static void tool_step(const CalculatorTool& tool, ToolRow* row, int token) {
+    if (!tool.tok) return;
+    if (token == tool.python_start) {
+        row->in_python = true;
+        row->expr.clear();
+    } else if (token == tool.python_end && row->in_python) {
+        row->in_python = false;
+        std::string result;
+        if (!row->expr.empty() && calculator_eval(tokenizer_decode(tool.tok, row->expr.data(), row->expr.size()), &result)) {
+            std::vector<int> output = {tool.output_start};
+            const std::vector<int> ids = tokenizer_encode(tool.tok, result);
+            output.insert(output.end(), ids.begin(), ids.end());
+            output.push_back(tool.output_end);
+            row->forced.assign(output.rbegin(), output.rend());
+        }
+        row->expr.clear();
+    } else if (row->in_python) {
+        row->expr.push_back(token);
+    }
+}
+
 template <typename OnToken>
 static std::vector<std::vector<int>> generate(GPT* model, const std::vector<std::vector<int>>& prompts, int max_new,
                                               const SamplingOptions& opt, uint64_t seed, const std::vector<int>& stop, OnToken on_token,
-                                              GenerateStats* stats = nullptr) {
+                                              GenerateStats* stats = nullptr, const CalculatorTool* tool = nullptr) {
     GenerateStats local;
     GenerateStats& st = stats ? *stats : local;
     const int B = (int)prompts.size(), V = model->config.vocab_size;
@@ -1685,8 +1734,16 @@ static std::vector<std::vector<int>> generate(GPT* model, const std::vector<std:
     std::vector<char> done(B, 0);
     std::vector<Rng> rng(B);
     std::vector<float> logits(V);
-    auto take = [&](int b) {  // the logits of row b are in `logits`: draw its next token
-        next[b] = sample_token(logits.data(), V, opt, &rng[b]);
+    std::vector<ToolRow> tool_rows(B);
+    auto take = [&](int b) {  // the logits of row b are in `logits`: draw its next token (or the tool's)
+        std::vector<int>& forced = tool_rows[b].forced;
+        if (!forced.empty()) {
+            next[b] = forced.back();
+            forced.pop_back();
+        } else {
+            next[b] = sample_token(logits.data(), V, opt, &rng[b]);
+        }
+        if (tool) tool_step(*tool, &tool_rows[b], next[b]);
         if (std::find(stop.begin(), stop.end(), next[b]) != stop.end()) done[b] = 1;
         else {
             out[b].push_back(next[b]);
@@ -2000,6 +2057,94 @@ static CoreResult core_evaluate(GPT* model, const std::vector<CoreTask>& tasks, 
     return result;
 }
 
+// ChatCORE (dev/docs/evaluation.md#chatcore) of a chat model on `tasks`, as nanochat's chat_eval scores it.
+// Categorical tasks: CORE_BATCH_ROWS prompts per forward, right-padded with BOS; the prediction is the choice
+// whose letter has the largest logit at the prompt's last position (the first on ties). Generative tasks:
+// a greedy answer (at most max_new tokens, nanochat's 512, and the model's context; CHAT_GENERATE_ROWS
+// prompts decoded together, which changes nothing: rows are independent), ending at <|assistant_end|> or
+// BOS, with the calculator tool; then the task's checker (chatcore.h) on its text. max_cat / max_sample: the
+// first N items of categorical / generative tasks (-1: all). With several ranks, rank r takes the batches
+// (categorical) or items (generative) r, r + ranks, ..; the verdicts are summed.
+static const int CHAT_GENERATE_ROWS = 8;
+
+static ChatResult chatcore_evaluate(GPT* model, const Tokenizer* tok, const std::vector<ChatTask>& tasks, int max_cat, int max_sample,
+                                    int max_new = 512) {
+    const int assistant_end = tokenizer_special_id(tok, "<|assistant_end|>");
+    if (assistant_end < 0) fail("the tokenizer '%s' has no <|assistant_end|>: ChatCORE needs nanochat's chat tokens", tok->path.c_str());
+    const CalculatorTool tool = calculator_tool(tok);
+    const int context = model->config.seq_len, V = model->config.vocab_size;
+    ChatResult result;
+    long all_items = 0, items_done = 0;
+    auto items_of = [&](const ChatTask& t) {
+        const int cap = t.kind == CHAT_CATEGORICAL ? max_cat : max_sample;
+        return cap > 0 ? std::min<int>(cap, (int)t.items.size()) : (int)t.items.size();
+    };
+    for (const ChatTask& t : tasks) all_items += items_of(t);
+    Progress progress = progress_start("ChatCORE", "items", all_items);
+    std::vector<float> logits(V);
+    for (const ChatTask& task : tasks) {
+        if (task.checker == CHECK_HUMANEVAL && python_path().empty())
+            fail("%s runs the model's code with python3, which is not on PATH here", task.label.c_str());
+        ChatTaskResult r;
+        r.label = task.label;
+        r.kind = task.kind;
+        r.baseline = task.baseline;
+        const int n = items_of(task);
+        std::vector<double> correct(n, 0.0), pred(n, 0.0);
+        r.answers.assign(n, "");
+        const int group = task.kind == CHAT_CATEGORICAL ? CORE_BATCH_ROWS : CHAT_GENERATE_ROWS;
+        const int rank_step = task.kind == CHAT_CATEGORICAL ? group * g_ranks.world : g_ranks.world;
+        for (int first = task.kind == CHAT_CATEGORICAL ? g_ranks.rank * group : g_ranks.rank; first < n;) {
+            std::vector<int> items;  // this round's: a batch (categorical) or up to `group` of this rank's items
+            if (task.kind == CHAT_CATEGORICAL) {
+                for (int i = first; i < std::min(n, first + group); i++) items.push_back(i);
+                first += rank_step;
+            } else {
+                for (; first < n && (int)items.size() < group; first += rank_step) items.push_back(first);
+            }
+            if (task.kind == CHAT_CATEGORICAL) {
+                int T = 0;
+                for (int i : items) T = std::max(T, (int)task.items[i].prompt.size());
+                std::vector<int> idx(items.size() * (size_t)T, task.bos_id);
+                for (size_t k = 0; k < items.size(); k++) std::copy(task.items[items[k]].prompt.begin(), task.items[items[k]].prompt.end(), idx.begin() + k * T);
+                gpt_forward(model, idx.data(), nullptr, (int)items.size(), T);
+                for (size_t k = 0; k < items.size(); k++) {
+                    const ChatItem& item = task.items[items[k]];
+                    gpt_logits_row(model, k * T + item.prompt.size() - 1, logits.data());
+                    int choice = 0;
+                    for (int c = 1; c < (int)item.choices.size(); c++)
+                        if (logits[item.choices[c]] > logits[item.choices[choice]]) choice = c;
+                    correct[items[k]] = choice == item.gold;
+                    pred[items[k]] = choice;
+                }
+            } else {
+                std::vector<std::vector<int>> prompts;
+                std::vector<int> fits;
+                for (int i : items)
+                    if ((int)task.items[i].prompt.size() < context) fits.push_back(i), prompts.push_back(task.items[i].prompt);
+                const std::vector<std::vector<int>> answers =
+                    generate(model, prompts, max_new, SamplingOptions(), 0, {assistant_end, tok->bos_id}, [](int, int) {}, nullptr, &tool);
+                for (size_t k = 0; k < fits.size(); k++) {
+                    r.answers[fits[k]] = tokenizer_decode(tok, answers[k].data(), answers[k].size());
+                    correct[fits[k]] = chat_check(task, task.items[fits[k]], r.answers[fits[k]]);
+                }
+                // a prompt that fills the context leaves no room to answer: wrong (never at nanochat's T = 2048)
+            }
+            progress_update(&progress, items_done + items.back() + 1);
+        }
+        ranks_sum_doubles(correct.data(), correct.size());
+        ranks_sum_doubles(pred.data(), pred.size());
+        for (int i = 0; i < n; i++) {
+            r.correct.push_back(correct[i] > 0.5);
+            r.pred.push_back(task.kind == CHAT_CATEGORICAL ? (int)pred[i] : -1);
+        }
+        items_done += n;
+        result.tasks.push_back(r);
+    }
+    chat_finish(&result);
+    return result;
+}
+
 // ----------------------------------------------------------------------------------------------------
 // Checkpoints: a safetensors file holding the parameters (nanochat names), the optimizer state, the
 // data-loader state and the loop state, so that --resume continues bit-identically
@@ -2286,6 +2431,11 @@ static const char* const USAGE =
         "  --warmup-ratio F       with --sft: lr warmup over this fraction of the data (0); --warmdown-ratio\n"
         "                         and --final-lr-frac default to 0.5 and 0 with --sft\n"
         "  --load-optimizer 0|1   with --sft: warm-start the optimizer from the base checkpoint (default 1)\n"
+        "  --chatcore-every N     with --sft: ChatCORE every N steps and at the end (200; -1 = never)\n"
+        "  --chatcore-tasks DIR   task files from dev/data/chat_eval.py (default dev/data/chat_tasks for the embedded\n"
+        "                         tokenizer, else chat_tasks/ beside the model's tokenizer file)\n"
+        "  --chatcore-max-cat N   items per categorical task (ARC, MMLU) during SFT (-1 = all)\n"
+        "  --chatcore-max-sample N  items per generative task (GSM8K, HumanEval) during SFT (24)\n"
         "Output\n"
         "  -o, --output DIR       write DIR/metrics.jsonl and checkpoints DIR/ckpt_STEP.safetensors\n"
         "  --save-every N         checkpoint every N steps (default -1: only at the end); needs -o\n"
@@ -2355,6 +2505,8 @@ struct Args {
     float progress_every = 30.0f;  // seconds
     std::string sft_dir;  // --sft: fine-tune the --init-from model on DIR/sft_train.bin
     SftArgs sft;
+    int chatcore_every = 200, chatcore_max_cat = -1, chatcore_max_sample = 24;  // chat_sft's defaults
+    std::string chatcore_dir;  // "": the default for the model's tokenizer (run_setup_sft_plan)
 };
 
 // Without -i, -j and --tokenizer: the ClimbMix shards dev/data/climbmix.py wrote into its default directory
@@ -2474,6 +2626,10 @@ static Args parse_args(int argc, char** argv) {
         else if (flag == "--init-lr-frac") args.sft.init_lr_frac = parse_float(f, value);
         else if (flag == "--warmup-ratio") args.sft.warmup_ratio = parse_float(f, value);
         else if (flag == "--load-optimizer") args.sft.load_optimizer = parse_bool(f, value);
+        else if (flag == "--chatcore-every") args.chatcore_every = parse_int32(f, value);
+        else if (flag == "--chatcore-tasks") args.chatcore_dir = value;
+        else if (flag == "--chatcore-max-cat") args.chatcore_max_cat = parse_int32(f, value);
+        else if (flag == "--chatcore-max-sample") args.chatcore_max_sample = parse_int32(f, value);
         else if (const std::string near = nearest_option(flag); !near.empty()) fail("unknown option '%s'; did you mean %s? (see --help)", f, near.c_str());
         else fail("unknown option '%s' (see --help)", f);
     }
@@ -2533,7 +2689,8 @@ static Args parse_args(int argc, char** argv) {
         return false;
     };
     if (args.sft_dir.empty()) {
-        for (const char* only_sft : {"--init-lr-frac", "--warmup-ratio", "--load-optimizer"})
+        for (const char* only_sft : {"--init-lr-frac", "--warmup-ratio", "--load-optimizer", "--chatcore-every", "--chatcore-tasks",
+                                     "--chatcore-max-cat", "--chatcore-max-sample"})
             if (was_given({only_sft})) fail("%s is an SFT option: it needs --sft DIR", only_sft);
         if (!data_given) default_data(&args, core_given);
         return args;
@@ -2551,6 +2708,9 @@ static Args parse_args(int argc, char** argv) {
     SftArgs& sft = args.sft;
     if (!(sft.init_lr_frac > 0.0f)) fail("--init-lr-frac must be > 0, got %g", sft.init_lr_frac);
     if (!(sft.warmup_ratio >= 0.0f && sft.warmup_ratio <= 1.0f)) fail("--warmup-ratio must be in [0, 1], got %g", sft.warmup_ratio);
+    if (args.chatcore_every < 1 && args.chatcore_every != -1) fail("--chatcore-every must be >= 1 or -1, got %d", args.chatcore_every);
+    for (int v : {args.chatcore_max_cat, args.chatcore_max_sample})
+        if (v < 1 && v != -1) fail("--chatcore-max-cat and --chatcore-max-sample must be >= 1 or -1, got %d", v);
     if (was_given({"--warmdown-ratio"})) sft.warmdown_ratio = o.warmdown_ratio;
     if (was_given({"--final-lr-frac"})) sft.final_lr_frac = o.final_lr_frac;
     if (was_given({"--matrix-lr"})) sft.matrix_lr = o.matrix_lr;
@@ -2684,6 +2844,7 @@ struct Run {
     DataLoader train, val;             // base training
     bool sft = false;                  // --sft: the SFT loaders instead
     SftLoader sft_train, sft_val;
+    std::vector<ChatTask> chat_tasks;  // SFT's ChatCORE tasks (empty: off)
     std::vector<CoreTask> core_tasks;
     GPT model;
     Optimizer opt;
@@ -2890,15 +3051,39 @@ static void run_setup_sft(Run* run) {
     sft_loader_init(&run->sft_train, a.train_pattern, tok.vocab_size, tok.bos_id, run->B, run->T, g_ranks.rank, world,
                     a.steps > 0 ? (long)a.steps * run->accum : -1);
     sft_loader_init(&run->sft_val, a.val_pattern, tok.vocab_size, tok.bos_id, run->B, run->T, 0, 1, -1);  // evaluate_bpb splits it
-    run->eval_steps = (int)std::max<long>(1, a.eval_tokens / ((long)run->B * run->T));
+    if (a.chatcore_every > 0) {
+        std::string dir = a.chatcore_dir;
+        if (dir.empty()) {  // the embedded bundle belongs to the embedded tokenizer; else the files made beside the tokenizer
+            const size_t slash = a.tokenizer_path.rfind('/');
+            const std::string beside = (slash == std::string::npos ? std::string(".") : a.tokenizer_path.substr(0, slash)) + "/chat_tasks";
+            dir = a.tokenizer_path == "dev/data/devil/tokenizer.bin" ? "dev/data/chat_tasks" : beside;
+            if (access((dir + "/index.txt").c_str(), R_OK) != 0) {
+                printf("ChatCORE: off, no task files in %s (make them: python3 dev/data/chat_eval.py --tokenizer %s --out %s)\n", dir.c_str(),
+                       a.tokenizer_path.c_str(), dir.c_str());
+                dir.clear();
+            }
+        }
+        if (!dir.empty()) {
+            run->chat_tasks = chat_tasks_load(dir, tok.vocab_size, tok.bos_id);
+            auto cap = [](int n) { return n > 0 ? "up to " + std::to_string(n) + " items" : std::string("all items"); };
+            printf("ChatCORE: %zu tasks from %s (categorical: %s, generative: %s), every %d steps and at the end\n", run->chat_tasks.size(),
+                   dir.c_str(), cap(a.chatcore_max_cat).c_str(), cap(a.chatcore_max_sample).c_str(), a.chatcore_every);
+        }
+    }
+    // --eval-tokens, capped at one pass over the validation conversations (nanochat's loader wraps around and
+    // evaluates them again: its default of 40 x 524,288 tokens is ~1.7 passes over its validation mixture)
+    SftLoader val_pass = run->sft_val;
+    while (!val_pass.last_batch) dataloader_next_batch(&val_pass);
+    run->eval_steps = (int)std::max<long>(1, std::min<long>(a.eval_tokens / ((long)run->B * run->T), val_pass.batches));
     run->num_steps = a.steps > 0 ? a.steps : sft_epoch_steps(&run->sft_train, run->accum);
     if (run->num_steps < 1) fail("'%s' fills less than one step of %ld tokens; set a smaller -B", a.train_pattern.c_str(), run->plan.total_batch);
     run->plan.num_iterations = run->plan.optim.num_iterations = run->num_steps;
     const ConversationFile &tf = run->sft_train.file, &vf = run->sft_val.file;
-    printf("data: %llu conversations (%llu tokens) in %s, %llu in %s; %d steps (%s) x %ld tokens (%d micro-batch%s%s); %d batches per "
+    printf("data: %llu conversations (%llu tokens) in %s, %llu in %s; %d steps (%s) x %ld tokens (%d micro-batch%s%s); %d batch%s per "
            "evaluation%s\n", (unsigned long long)tf.count, (unsigned long long)tf.ntokens, a.train_pattern.c_str(), (unsigned long long)vf.count,
            a.val_pattern.c_str(), run->num_steps, a.steps > 0 ? "-n" : "one epoch", run->plan.total_batch, run->accum, run->accum == 1 ? "" : "es",
-           world > 1 ? (" on each of " + std::to_string(world) + " ranks").c_str() : "", run->eval_steps, world > 1 ? ", shared by the ranks" : "");
+           world > 1 ? (" on each of " + std::to_string(world) + " ranks").c_str() : "", run->eval_steps, run->eval_steps == 1 ? "" : "es",
+           world > 1 ? ", shared by the ranks" : "");
     const OptimConfig& o = run->plan.optim;
     std::string lrs;
     for (int g = 0; g < NUM_GROUPS; g++) {
@@ -3038,6 +3223,26 @@ static void run_core(Run* run, int step) {
     core_write_csv(core, run->out_dir + name);
 }
 
+// ChatCORE (SFT): the task table, the value, a metrics line and DIR/chatcore_STEP.csv.
+static void run_chatcore(Run* run, int step) {
+    const double t0 = wall_ms();
+    const ChatResult r = chatcore_evaluate(&run->model, &run->tok, run->chat_tasks, run->args.chatcore_max_cat, run->args.chatcore_max_sample);
+    if (g_ranks.rank == 0) chat_print(r);
+    printf("step %d/%d | ChatCORE %s | %.1f s\n", step, run->num_steps, std::isfinite(r.chatcore) ? std::to_string(r.chatcore).c_str() : "n/a",
+           (wall_ms() - t0) / 1000.0);
+    if (run->metrics.fd < 0) return;
+    JsonLine accuracy;
+    for (const ChatTaskResult& t : r.tasks) accuracy.num(t.label.c_str(), t.accuracy, "%.8f");
+    JsonLine line;
+    line.num("step", (long long)step).str("kind", "chatcore");
+    if (std::isfinite(r.chatcore)) line.num("chatcore", r.chatcore, "%.8f");
+    if (std::isfinite(r.chatcore_cat)) line.num("chatcore_cat", r.chatcore_cat, "%.8f");
+    metrics_write(&run->metrics, line.raw("accuracy", accuracy.text()));
+    char name[64];
+    snprintf(name, sizeof name, "/chatcore_%06d.csv", step);
+    chat_write_csv(r, run->out_dir + name);
+}
+
 // One optimizer step, with its console line and metrics line. `first`: the first step of this process,
 // left out of the timings.
 static void run_train_step(Run* run, int step, bool first) {
@@ -3165,6 +3370,7 @@ int main(int argc, char** argv) {
             run.loop.evals_done = true;  // as the step's checkpoint, if any, will record
             if (due(a.eval_every)) run_evaluate(&run, step);
             if (step > 0 && !run.core_tasks.empty() && due(a.core_every)) run_core(&run, step);
+            if (step > 0 && !run.chat_tasks.empty() && due(a.chatcore_every)) run_chatcore(&run, step);
             if (step > 0 && g_ranks.rank == 0 && a.sample_every > 0 && due(a.sample_every)) print_samples(&run.model, &run.tok, step);
             if (step > 0 && !run.out_dir.empty() && due(a.save_every)) run_checkpoint(&run);
         }

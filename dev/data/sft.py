@@ -230,13 +230,13 @@ def fetch_listing(url, retries, timeout=60):
     return urls
 
 
-def hub_split_paths(spec, cache_dir, offline, retries, hub_url=HUB_URL):
+def hub_split_paths(spec, cache_dir, offline, retries, hub_url=HUB_URL, script="sft.py"):
     """The local parquet files of one split, downloaded first unless the manifest says they are there."""
     d = split_cache_dir(cache_dir, spec)
     manifest = os.path.join(d, "manifest.json")
     if not os.path.exists(manifest):
         if offline:
-            raise SftError(f"--offline: {split_label(spec)} is not downloaded (no {manifest}); run sft.py once "
+            raise SftError(f"--offline: {split_label(spec)} is not downloaded (no {manifest}); run {script} once "
                            f"without --offline (same --cache-dir) to download it, or use --source DIR")
         os.makedirs(d, exist_ok=True)
         listing = HUB_LISTING.format(hub=hub_url.rstrip("/"), repo=spec.repo, subset=spec.subset, split=spec.split)
@@ -275,8 +275,9 @@ def hub_split_paths(spec, cache_dir, offline, retries, hub_url=HUB_URL):
     return paths
 
 
-def load_rows(keys, args):
-    """{key: rows} for the splits a mixture needs, all loaded (and the downloads done) before any rendering."""
+def load_rows(keys, args, splits=SPLITS, script="sft.py"):
+    """{key: rows} for the splits a mixture (or chat_eval.py's tasks: `splits`, `script`) needs, all loaded (and
+    the downloads done) before any rendering."""
     out = {}
     if args.source is not None:
         src = os.path.expanduser(args.source)
@@ -287,14 +288,14 @@ def load_rows(keys, args):
             raise SftError(f"--source {src}: missing {', '.join(missing)} (one JSON object per line with the hub's "
                            "columns; see dev/data/README.md)")
         for k in keys:
-            out[k] = JsonlRows(SPLITS[k], os.path.join(src, k + ".jsonl"))
+            out[k] = JsonlRows(splits[k], os.path.join(src, k + ".jsonl"))
     else:
         cache_dir = os.path.expanduser(args.cache_dir)
-        paths = {k: hub_split_paths(SPLITS[k], cache_dir, args.offline, args.retries, args.hub_url) for k in keys}
+        paths = {k: hub_split_paths(splits[k], cache_dir, args.offline, args.retries, args.hub_url, script) for k in keys}
         for k in keys:
-            out[k] = ParquetRows(SPLITS[k], paths[k])
+            out[k] = ParquetRows(splits[k], paths[k])
     for k in keys:
-        log(f"{k}: {len(out[k]):,} rows ({split_label(SPLITS[k])})")
+        log(f"{k}: {len(out[k]):,} rows ({split_label(splits[k])})")
     return out
 
 

@@ -28,7 +28,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "test"))
-from xsatest import REPO, check_one_error, needs_packages, read, run  # noqa: E402
+from xsatest import REPO, check_one_error, jsonl, needs_packages, read, run, token_pieces  # noqa: E402
 
 sys.path.insert(0, HERE)
 
@@ -46,24 +46,6 @@ SFT_MAGIC = 20261202
 # the hub's datasets and their cache folders (repo with / -> --, then the subset)
 HUB_REPOS = {"smoltalk": "HuggingFaceTB/smol-smoltalk", "mmlu": "cais/mmlu", "gsm8k": "openai/gsm8k"}
 HUB_DIRS = {"smoltalk": "HuggingFaceTB--smol-smoltalk/default", "mmlu": "cais--mmlu/all", "gsm8k": "openai--gsm8k/main"}
-
-
-def jsonl(path):
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def token_pieces(path):
-    """(the bytes of every token, the BOS id) of a version-2 tokenizer file (dev/data/README.md)."""
-    data = read(path)
-    magic, version, V, bos, _, S = struct.unpack_from("<6i", data, 0)
-    assert magic == 20241201 and version == 2, "%s: magic %d version %d" % (path, magic, version)
-    pos, pieces = 1024 + S, []
-    for _ in range(V):
-        _, n = struct.unpack_from("<BI", data, pos)
-        pieces.append(data[pos + 5:pos + 5 + n])
-        pos += 5 + n
-    return pieces, bos
 
 
 def read_sft_file(path):

@@ -2,8 +2,8 @@
 """End-to-end tests of SFT (train_gpt --sft, dev/docs/optim.md#sft) on the committed mini mixture
 dev/data/sft_mini_tokens (the conversations dev/data/sft.py renders from dev/data/sft_mini with the embedded
 tokenizer): a tiny base model trained for a few steps, then fine-tuned for one epoch of conversations. The
-masked validation loss falls; the run resumes bit for bit; exported weights start a fresh optimizer; bad
-options and bad conversation files end in one error line. The loss itself (ignored targets, the mean over
+masked validation loss falls; ChatCORE runs at the end on the embedded bundle; the run resumes bit for bit;
+exported weights start a fresh optimizer; bad options and bad conversation files end in one error line. The loss itself (ignored targets, the mean over
 the rest) is checked against the PyTorch reference by test_xsa.cu (dev/reference/data/sft_masked), and the
 packing against a hand-worked example there too.
 
@@ -56,6 +56,12 @@ class TestSft(xsatest.TempDirTest):
         code, out = train_gpt(flags + " --init-from %s -o %s --export-safetensors %s" % (self.base, self.q("a"), self.q("a", "final.safetensors")))
         evals = metric_lines(os.path.join(a, "metrics.jsonl"), "eval")
         steps = len(metric_lines(os.path.join(a, "metrics.jsonl"), "train"))
+        chatcore = metric_lines(os.path.join(a, "metrics.jsonl"), "chatcore")
+        with self.subTest("ChatCORE on the embedded bundle at the end (the default for the embedded tokenizer): a metrics line with "
+                          "ChatCORE and the five accuracies, and chatcore_STEP.csv"):
+            ok = (len(chatcore) == 1 and chatcore[0]["step"] == steps and "chatcore" in chatcore[0] and len(chatcore[0]["accuracy"]) == 5 and
+                  os.path.exists(os.path.join(a, "chatcore_%06d.csv" % steps)))
+            self.assertTrue(ok, "chatcore lines %s; output:\n%s" % (chatcore, out[-3000:]))
         with self.subTest("exit 0, optimizer state loaded, XSA alpha 1 from the base run, one epoch of steps, val bpb at the end "
                           "below step 0's by > 10%"):
             ok = (code == 0 and "weights and optimizer state" in out and "XSA: alpha 1 on layers 0" in out and "(one epoch)" in out and
@@ -74,6 +80,12 @@ class TestSft(xsatest.TempDirTest):
                                                                              "same" if losses_a == losses_b else "DIFFER", out_b[-3000:]))
         rejects(self, "--resume %s" % self.q("b"), "resume with the same model and optimizer flags")  # an SFT run resumed as base training
         rejects(self, "--sft %s --resume %s" % (MINI, self.q("base")), "is a checkpoint of base training")
+
+    def test_ranks(self):
+        """--sft --ranks 2: each rank packs its own stride of the conversations; the step count (the first rank to finish
+        an epoch), the lr (the largest progress) and the update agree over the ranks (train_gpt checks the weights)"""
+        code, out = train_gpt("--sft %s --init-from %s --ranks 2 %s --chatcore-every -1" % (MINI, self.base, SFT_EVAL))
+        self.assertTrue(code == 0 and "(one epoch)" in out and "val bpb" in out, "exit %d; output:\n%s" % (code, out[-3000:]))
 
     def test_exported_weights(self):
         """--init-from exported weights: the total batch must be given (-B), and the optimizer starts fresh, with a warning"""

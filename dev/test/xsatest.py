@@ -5,9 +5,11 @@ The suites run the binaries and scripts from the repository root, each test in i
 directory; run them all with `make test` (dev/test/run_tests.py), or one with `python3 FILE`.
 """
 import importlib
+import json
 import os
 import shlex
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -45,6 +47,26 @@ def read(path):
             return f.read()
     except OSError:
         return b""
+
+
+def jsonl(path):
+    """The objects of a JSON-lines file (blank lines skipped)."""
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def token_pieces(path):
+    """(the bytes of every token, the BOS id) of a version-2 tokenizer file (dev/data/README.md), read
+    independently of the code under test."""
+    data = read(path)
+    magic, version, V, bos, _, S = struct.unpack_from("<6i", data, 0)
+    assert magic == 20241201 and version == 2, "%s: magic %d version %d" % (path, magic, version)
+    pos, pieces = 1024 + S, []
+    for _ in range(V):
+        _, n = struct.unpack_from("<BI", data, pos)
+        pieces.append(data[pos + 5:pos + 5 + n])
+        pos += 5 + n
+    return pieces, bos
 
 
 def check_one_error(test, argv, expect, what=None, anywhere=False):

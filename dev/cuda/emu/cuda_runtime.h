@@ -379,6 +379,7 @@ struct EmuFiber {
     char* stack = nullptr;
     unsigned tid = 0;
     bool done = false;
+    int sync_predicate = 0;                   // this thread's argument to the current __syncthreads_count
     std::vector<CpOp> open;
     std::vector<std::vector<CpOp>> groups;
 };
@@ -416,6 +417,15 @@ static inline void emu_barrier(EmuBarrier& b) {
     while (b.gen == gen) emu_yield();
 }
 static inline void __syncthreads() { emu_barrier(emu_block_bar); }
+// a block barrier that returns how many of the block's threads passed a nonzero predicate
+static inline int __syncthreads_count(int predicate) {
+    emu_cur->sync_predicate = predicate != 0;
+    emu_barrier(emu_block_bar);
+    int count = 0;
+    for (unsigned i = 0; i < emu_nthreads; i++) count += emu_fibers[i].sync_predicate;
+    emu_barrier(emu_block_bar);  // every thread has counted before any sets its predicate again
+    return count;
+}
 static inline unsigned emu_tid() { return emu_cur->tid; }
 static inline int emu_lane() { return emu_tid() % 32; }
 static inline EmuWarp& emu_warp() { return emu_warps[emu_tid() / 32]; }

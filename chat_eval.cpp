@@ -1,0 +1,83 @@
+/*
+chat_eval.cpp: ChatCORE (nanochat's chat metric, dev/docs/evaluation.md#chatcore) of a model that went through SFT.
+    make chat_eval && ./chat_eval -e CHECKPOINT -c TASKDIR [--max-cat N] [--max-sample N] [-o results.csv] [--ranks N]
+CHECKPOINT is a checkpoint (DIR/ckpt_STEP.safetensors) or weights exported with --export-safetensors.
+TASKDIR holds the task files dev/data/chat_eval.py wrote with the model's tokenizer. The scoring is
+chatcore_evaluate in train_gpt.cu and chatcore.h, the same code train_gpt --sft runs with --chatcore-every.
+HumanEval runs the model's code with python3 in separate processes (5 s and 256 MB each).
+*/
+#define TRAIN_GPT_NO_MAIN  // use train_gpt.cu as a library: everything but main()
+#include "train_gpt.cu"
+
+static void usage() {
+    printf("usage: chat_eval -e CHECKPOINT -c TASKDIR [--max-cat N] [--max-sample N] [--max-new N] [-o results.csv] [--ranks N]\n"
+           "  -e FILE          checkpoint or exported weights of a chat (SFT) model\n"
+           "  -c DIR           ChatCORE task files from dev/data/chat_eval.py, tokenized with the model's tokenizer\n"
+           "  --tokenizer FILE the model's tokenizer, if not where its file says\n"
+           "  --max-cat N      the first N items of each categorical task (ARC, MMLU; default: all)\n"
+           "  --max-sample N   the first N items of each generative task (GSM8K, HumanEval; default: all)\n"
+           "  --max-new N      tokens per answer, at most (default 512, nanochat's)\n"
+           "  -o FILE          write a per-task CSV\n"
+           "  --answers FILE   write every item's verdict as a JSON line: task, item, correct, and the chosen letter's\n"
+           "                   index (categorical) or the answer's text (generative); needs --ranks 1\n"
+           "  --ranks N        split the items over N ranks (GPUs, or CPU processes)\n");
+}
+
+int main(int argc, char** argv) {
+    std::string weights, task_dir, csv, tokenizer, answers;
+    int max_cat = -1, max_sample = -1, max_new = 512, ranks = 1;
+    parse_options(argc, argv, usage, [&](const std::string& flag, const char* value) {
+        if (flag == "-e") weights = value;
+        else if (flag == "-c") task_dir = value;
+        else if (flag == "-o") csv = value;
+        else if (flag == "--answers") answers = value;
+        else if (flag == "--tokenizer") tokenizer = value;
+        else if (flag == "--max-cat") max_cat = parse_int32(flag.c_str(), value);
+        else if (flag == "--max-sample") max_sample = parse_int32(flag.c_str(), value);
+        else if (flag == "--max-new") max_new = parse_int32(flag.c_str(), value);
+        else if (flag == "--ranks") ranks = parse_int32(flag.c_str(), value);
+        else return false;
+        return true;
+    });
+    if (weights.empty() || task_dir.empty()) fail("chat_eval needs -e CHECKPOINT and -c TASKDIR (see --help)");
+    if ((max_cat < 1 && max_cat != -1) || (max_sample < 1 && max_sample != -1)) fail("--max-cat and --max-sample must be >= 1 (or -1: all)");
+    if (max_new < 1) fail("--max-new must be >= 1, got %d", max_new);
+    if (ranks < 1 || ranks > MAX_RANKS) fail("--ranks must be in [1, %d], got %d", MAX_RANKS, ranks);
+    if (!answers.empty() && ranks > 1) fail("--answers needs --ranks 1 (each rank keeps its own answers)");
+    ranks_launch(ranks);
+    backend_init();
+    GPT model;
+    Tokenizer tok;
+    load_model_and_tokenizer(&model, &tok, weights, tokenizer);
+    const std::vector<ChatTask> tasks = chat_tasks_load(task_dir, tok.vocab_size, tok.bos_id);
+    ranks_setup_done();
+    const double t0 = wall_ms();
+    const ChatResult result = chatcore_evaluate(&model, &tok, tasks, max_cat, max_sample, max_new);
+    if (g_ranks.rank == 0) {
+        chat_print(result);
+        size_t items = 0;
+        for (const ChatTaskResult& t : result.tasks) items += t.correct.size();
+        printf("%zu items in %.1f s\n", items, (wall_ms() - t0) / 1000.0);
+        if (!csv.empty()) {
+            chat_write_csv(result, csv);
+            printf("wrote %s\n", csv.c_str());
+        }
+        if (!answers.empty()) {
+            std::string text;
+            for (const ChatTaskResult& t : result.tasks)
+                for (size_t i = 0; i < t.correct.size(); i++) {
+                    JsonLine line;
+                    line.str("task", t.label).num("item", (long long)i).num("correct", (long long)t.correct[i]);
+                    if (t.kind == CHAT_CATEGORICAL) line.num("pred", (long long)t.pred[i]);
+                    else line.str("answer", t.answers[i]);
+                    text += line.text() + "\n";
+                }
+            AtomicFile out = atomic_open(answers);
+            atomic_write(&out, text.data(), text.size());
+            atomic_commit(&out);
+            printf("wrote %s\n", answers.c_str());
+        }
+    }
+    gpt_free(&model);
+    return 0;
+}

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""End-to-end tests of ChatCORE (./chat_eval, dev/docs/evaluation.md#chatcore) on the committed mini bundle
+dev/data/chat_tasks and the committed tiny chat model dev/reference/data/chat_model.safetensors (a 2-layer
+model of the embedded tokenizer, base-trained 200 steps and fine-tuned 80 SFT steps on dev/data/sft_mini_tokens):
+every item's verdict, chosen letter and greedy answer (64 tokens, with the calculator tool) equal to the
+independent PyTorch scorer's in float64 (dev/reference/score_chat.py, its output committed as
+dev/reference/data/chat_scores.json); the same aggregates over 2 ranks; bad task files and options end in
+one error line. The answer checkers and HumanEval's test process are checked by test_xsa.cu, the calculator
+against Python by dev/data/test_calculator.py.
+
+    python3 dev/test/test_chatcore.py        (or all suites: make test)
+
+Standard library only.
+"""
+import json
+import os
+import re
+import shutil
+import struct
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import xsatest  # noqa: E402
+from xsatest import REPO, binary, check_one_error, read, run  # noqa: E402
+
+MODEL = "dev/reference/data/chat_model.safetensors"
+TASKS = "dev/data/chat_tasks"
+REFERENCE = "dev/reference/data/chat_scores.json"
+
+
+def chat_eval(*args):
+    return run([binary("chat_eval"), "-e", MODEL] + list(args))
+
+
+class TestChatCore(xsatest.TempDirTest):
+    PREFIX = "xsa_chatcore_"
+
+    def test_against_reference(self):
+        """chat_eval on the tiny chat model: every item's verdict, letter and 64-token greedy answer equal to the PyTorch
+        reference's (float64); ChatCORE printed and written to the CSV as the reference's"""
+        with open(os.path.join(REPO, REFERENCE)) as f:
+            ref = json.load(f)
+        code, out = chat_eval("-c", TASKS, "--max-new", str(ref["max_new_tokens"]), "--answers", self.path("answers.jsonl"),
+                              "-o", self.path("chatcore.csv"))
+        self.assertEqual(code, 0, out)
+        with open(self.path("answers.jsonl"), encoding="utf-8", errors="replace") as f:
+            ours = [json.loads(line) for line in f]
+        differ, compared = [], 0
+        for task in ref["tasks"]:
+            mine = [o for o in ours if o["task"] == task["label"]]
+            for i, item in enumerate(task["items"]):
+                compared += 1
+                o = mine[i] if i < len(mine) else {}
+                same = o.get("correct") == item["correct"] and (o.get("pred") == item["pred"] if "pred" in item else o.get("answer") == item["completion"])
+                if not same:
+                    differ.append("%s item %d: ours %s, reference %s" % (task["label"], i, o, {k: item.get(k) for k in ("correct", "pred", "completion")}))
+        with self.subTest("%d items: verdicts, letters and answers identical to the reference's" % compared):
+            self.assertTrue(compared == len(ours) == 32 and not differ, "%d compared, %d ours; differ:\n%s" % (compared, len(ours), "\n".join(differ)))
+        answers = [o["answer"] for o in ours if "answer" in o]
+        with self.subTest("the answers are real text: 64 tokens or fewer of several words each, one with a calculator call"):
+            self.assertTrue(len(answers) == 10 and sum(len(a) > 20 for a in answers) >= 8 and any("<|python_start|>" in a for a in answers), answers)
+        m = re.search(r"ChatCORE ([0-9.-]+) \| ChatCORE_cat ([0-9.-]+)", out)
+        csv = read(self.path("chatcore.csv")).decode()
+        with self.subTest("ChatCORE %.6f and the CSV as the reference's" % ref["chatcore"]):
+            self.assertTrue(m and abs(float(m.group(1)) - ref["chatcore"]) < 1e-6 and ("ChatCORE,,,,,%.6f" % ref["chatcore"]) in csv, out + csv)
+
+    def test_ranks(self):
+        """--ranks 2 splits the items and gives the same table"""
+        _, one = chat_eval("-c", TASKS, "--max-new", "16")
+        code, two = chat_eval("-c", TASKS, "--max-new", "16", "--ranks", "2")
+        table = lambda out: [line for line in out.split("\n") if re.match(r"(ARC|MMLU|GSM8K|HumanEval|ChatCORE )", line)]  # noqa: E731
+        self.assertTrue(code == 0 and len(table(one)) == 6 and table(one) == table(two), "1 rank:\n%s\n2 ranks:\n%s" % (one, two))
+
+    def test_bad_inputs(self):
+        """bad options and task files: exit 1, one error line"""
+        ce = binary("chat_eval")
+        check_one_error(self, [ce, "-e", MODEL], "needs -e CHECKPOINT and -c TASKDIR")
+        check_one_error(self, [ce, "-e", MODEL, "-c", TASKS, "--max-new", "0"], "--max-new must be >= 1")
+        check_one_error(self, [ce, "-e", MODEL, "-c", TASKS, "--answers", self.path("a.jsonl"), "--ranks", "2"], "--answers needs --ranks 1")
+        check_one_error(self, [ce, "-e", MODEL, "-c", self.path("none")], "cannot read")
+        good = read(os.path.join(REPO, TASKS, "01_ARC-Easy.bin"))
+        cases = {
+            "magic": (struct.pack("<i", 20241202) + good[4:], "is not a ChatCORE task file"),
+            "truncated": (good[:-3], "truncated"),
+            "vocab": (good[:16] + struct.pack("<i", 50000) + good[20:], "was made with a tokenizer of 50000 tokens"),
+            "trailing": (good + b"\0\0\0\0", "bytes after its"),
+        }
+        for name, (data, expect) in cases.items():
+            os.makedirs(self.path(name))
+            with open(self.path(name, "01_ARC-Easy.bin"), "wb") as f:
+                f.write(data)
+            with open(self.path(name, "index.txt"), "w") as f:
+                f.write("01_ARC-Easy.bin ARC-Easy categorical 8 0.25\n")
+            check_one_error(self, [ce, "-e", MODEL, "-c", self.path(name)], expect)
+
+
+if __name__ == "__main__":
+    unittest.main()
