@@ -39,13 +39,13 @@ REQUIRED_KEYS = {"run": ("steps",), "train": ("loss", "dt_ms", "tok_per_s"), "ev
 
 
 def load_run(path):
-    """DIR or DIR/metrics.jsonl -> {"name", "run", "train", "eval", "diag", "core", "xsa_alpha"}: the run line,
+    """DIR or DIR/metrics.jsonl -> {"name", "run", "train", "eval", "diag", "core", "xsa_alpha", "chatcore"}: the run line,
     and each kind's records by step."""
     file = os.path.join(path, "metrics.jsonl") if os.path.isdir(path) else path
     if not os.path.isfile(file):
         raise CompareError(f"'{path}' is neither a run directory with metrics.jsonl nor a metrics file")
     name = os.path.basename(os.path.normpath(path if os.path.isdir(path) else os.path.dirname(path) or "."))
-    run = {"name": name, "file": file, "run": None, "train": {}, "eval": {}, "diag": {}, "core": {}, "xsa_alpha": {}}
+    run = {"name": name, "file": file, "run": None, "train": {}, "eval": {}, "diag": {}, "core": {}, "xsa_alpha": {}, "chatcore": {}}
     with open(file, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
@@ -59,7 +59,7 @@ def load_run(path):
                 raise CompareError(f"'{file}' line {n} is not a metrics record (missing or bad {e})")
             if kind == "run":
                 run["run"] = rec
-            elif kind in ("train", "eval", "diag", "core", "xsa_alpha"):
+            elif kind in ("train", "eval", "diag", "core", "xsa_alpha", "chatcore"):
                 run[kind][step] = rec  # a resumed run rewrites lines after its checkpoint: the last one wins
             # other kinds: written by a newer train_gpt; nothing here reads them
     if not run["train"] and not run["eval"]:

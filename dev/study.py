@@ -12,9 +12,12 @@ The study file (JSON; examples in dev/studies/):
      "arm_seeds": {"xsa": [1, 2]},                      # optional: an arm that runs only some of the seeds
      "concurrent": 8, "gpus_per_run": 1,                # optional: 8 runs side by side, one GPU each (default 1 at a time,
                                                         # every GPU; for one run on all GPUs put --ranks N in "base")
-     "note": "optional: what the study is for and how to prepare its data (the report's first paragraph)"}
-Runs go to DIR/ARM/seed_S (DIR defaults to dev/studies/out/NAME). A run whose metrics.jsonl has its last
-evaluation is complete and skipped; a run with a checkpoint resumes from it (so give the base flags a
+     "note": "optional: what the study is for and how to prepare its data (the report's first paragraph)",
+     "sft": "--sft DIR ..."}                            # optional: SFT (+ ChatCORE) of every finished run
+Runs go to DIR/ARM/seed_S (DIR defaults to dev/studies/out/NAME). With "sft", each finished run is then
+fine-tuned from its last checkpoint by `train_gpt SFT_FLAGS --init-from ... -o DIR/ARM/seed_S/sft` (README.md,
+"SFT and ChatCORE"; ~ in the flags is the home directory), and the report gains its val bpb and ChatCORE.
+A run whose metrics.jsonl has its last evaluation is complete and skipped; a run with a checkpoint resumes from it (so give the base flags a
 --save-every); any other run directory is started afresh. So a study survives pre-emption (a SIGINT or
 SIGTERM reaches the running train_gpt, which checkpoints; rerun the same command) and grows with more
 seeds. --max-runs K starts at most K runs (a budget per sitting). The report, DIR/report.md, is rebuilt
@@ -158,6 +161,13 @@ def load_study(path):
     for w in shlex.split(study["base"]):
         if w.split("=", 1)[0] in RUNNER_FLAGS:
             raise StudyError(f"'{path}': 'base' sets {w}; the runner sets --seed and the output directory itself")
+    if "sft" in study:
+        words = shlex.split(study["sft"]) if isinstance(study["sft"], str) else []
+        if "--sft" not in [w.split("=", 1)[0] for w in words]:
+            raise StudyError(f"'{path}': 'sft' must be a string of train_gpt SFT flags with --sft DIR")
+        for w in words:
+            if w.split("=", 1)[0] in RUNNER_FLAGS | {"--init-from"}:
+                raise StudyError(f"'{path}': 'sft' sets {w}; the runner sets --init-from and the output directory itself")
     return study
 
 
@@ -181,18 +191,33 @@ def run_state(run_dir):
     return "fresh"
 
 
+def last_checkpoint(run_dir):
+    """The checkpoint of a run's highest step."""
+    ckpts = [n for n in os.listdir(run_dir) if n.startswith("ckpt_") and n.endswith(".safetensors") and n[5:-12].isdigit()]
+    if not ckpts:
+        raise StudyError(f"{run_dir} is finished but holds no checkpoint to fine-tune (give 'base' an -o-compatible --save-every)")
+    return os.path.join(run_dir, max(ckpts, key=lambda n: int(n[5:-12])))
+
+
 def start_run(binary, study, arm, seed, run_dir, slot):
-    """Starts one train_gpt run (fresh or resumed) in the background: (process, its log file). On a study
-    with 'concurrent' runs, slot s gets GPUs s * G .. s * G + G - 1 (G = 'gpus_per_run') as its
-    CUDA_VISIBLE_DEVICES."""
+    """Starts one train_gpt run (fresh or resumed) in the background: (process, its log file). A run_dir
+    ending in /sft is the SFT stage of the run above it. On a study with 'concurrent' runs, slot s gets GPUs
+    s * G .. s * G + G - 1 (G = 'gpus_per_run') as its CUDA_VISIBLE_DEVICES."""
     state = run_state(run_dir)
-    argv = [binary] + shlex.split(study["base"]) + shlex.split(study["arms"][arm]) + ["--seed", str(seed)]
+    sft = os.path.basename(run_dir) == "sft"
+    if sft:
+        argv = [binary] + [os.path.expanduser(w) for w in shlex.split(study["sft"])]
+        if state != "resume":
+            argv += ["--init-from", last_checkpoint(os.path.dirname(run_dir))]
+    else:
+        argv = [binary] + shlex.split(study["base"]) + shlex.split(study["arms"][arm]) + ["--seed", str(seed)]
     if state == "resume":
         argv += ["--resume", run_dir]
     else:
         if os.path.isdir(run_dir):
             for name in os.listdir(run_dir):  # a run that never reached a checkpoint: start it again
-                os.remove(os.path.join(run_dir, name))
+                if os.path.isfile(os.path.join(run_dir, name)):
+                    os.remove(os.path.join(run_dir, name))
         argv += ["-o", run_dir]
     env = dict(os.environ)
     where = ""
@@ -200,9 +225,10 @@ def start_run(binary, study, arm, seed, run_dir, slot):
         per_run = study.get("gpus_per_run", 1)
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(slot * per_run + g) for g in range(per_run))
         where = f" (CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']})"
-    print(f"study: {'resuming' if state == 'resume' else 'starting'} {arm} seed {seed}{where}: {shlex.join(argv)}", flush=True)
+    print(f"study: {'resuming' if state == 'resume' else 'starting'} {arm} seed {seed}{' SFT' if sft else ''}{where}: {shlex.join(argv)}",
+          flush=True)
     os.makedirs(os.path.dirname(run_dir), exist_ok=True)
-    log = open(os.path.join(os.path.dirname(run_dir), f"seed_{seed}.log"), "a")
+    log = open(os.path.join(os.path.dirname(run_dir), "sft.log" if sft else f"seed_{seed}.log"), "a")
     return subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env), log
 
 
@@ -241,6 +267,7 @@ def run_all(binary, study, todo, max_runs):
         raise failure
     if stopped:
         sys.exit(143 if signal.SIGTERM in stopped or 143 in stopped else 130)
+    return started
 
 
 def check_matched(study, runs):
@@ -268,8 +295,9 @@ def last_alphas(r):
     return {int(layer): heads for layer, heads in r["xsa_alpha"][max(r["xsa_alpha"])]["alpha"].items()} if r["xsa_alpha"] else {}
 
 
-def run_metrics(r):
-    """The metrics of one finished run (None where the run has no such value)."""
+def run_metrics(r, sft=None):
+    """The metrics of one finished run and, in a study with an SFT stage, of its finished SFT run `sft`
+    (None where a run has no such value)."""
     last = max(r["eval"]) if r["eval"] else None
     steps = sorted(r["train"])
     tail = steps[len(steps) - max(1, len(steps) // 10):] if steps else []
@@ -282,13 +310,17 @@ def run_metrics(r):
             "cos(z, v) after XSA (mean over layers)": statistics.fmean(r["diag"][max(r["diag"])]["cos_zv"]) if r["diag"] else None,
             "learned alpha (mean over layers and heads)": statistics.fmean(a for heads in last_alphas(r).values() for a in heads)
             if r["xsa_alpha"] else None,
-            "ms per step (median)": statistics.median(timed) if timed else None}
+            "ms per step (median)": statistics.median(timed) if timed else None,
+            **({"SFT val bpb": sft["eval"][max(sft["eval"])]["val_bpb"] if sft and sft["eval"] else None,
+                "ChatCORE": sft["chatcore"][max(sft["chatcore"])].get("chatcore") if sft and sft["chatcore"] else None}
+               if sft is not None else {})}
 
 
 def report(study, out_dir, runs):
     arms = list(study["arms"])
     base = arms[0]
-    values = {arm: [run_metrics(runs[arm][s]) for s in sorted(runs[arm])] for arm in arms}
+    values = {arm: [run_metrics(runs[arm][s], runs[arm][s].get("sft", {}) if "sft" in study else None) for s in sorted(runs[arm])]
+              for arm in arms}
     lines = [f"# Study: {study['name']}", ""] + ([study["note"], ""] if isinstance(study.get("note"), str) else []) + [
              f"Base flags: `{study['base']}`; arms: " + ", ".join(f"**{a}** (`{study['arms'][a] or 'no flags'}`)" for a in arms) +
              f"; seeds {study['seeds']}. Baseline: **{base}**. Finished runs: " +
@@ -451,13 +483,19 @@ def main(argv=None):
         todo = [(arm, seed, os.path.join(out_dir, arm, f"seed_{seed}")) for seed in study["seeds"]
                 for arm in study["arms"] if seed in seeds_of(study, arm)]
         if not args.report_only:
-            run_all(binary, study, [t for t in todo if run_state(t[2]) != "done"], args.max_runs)
+            started = run_all(binary, study, [t for t in todo if run_state(t[2]) != "done"], args.max_runs)
+            if "sft" in study and started != args.max_runs:  # then each finished run's SFT stage
+                sft_todo = [(arm, seed, os.path.join(d, "sft")) for arm, seed, d in todo
+                            if run_state(d) == "done" and run_state(os.path.join(d, "sft")) != "done"]
+                run_all(binary, study, sft_todo, args.max_runs - started if args.max_runs >= 0 else -1)
         runs = {arm: {} for arm in study["arms"]}
         for arm in study["arms"]:
             for seed in seeds_of(study, arm):
                 run_dir = os.path.join(out_dir, arm, f"seed_{seed}")
                 if run_state(run_dir) == "done":
                     runs[arm][seed] = load_run(run_dir)
+                    if run_state(os.path.join(run_dir, "sft")) == "done":
+                        runs[arm][seed]["sft"] = load_run(os.path.join(run_dir, "sft"))
         check_matched(study, runs)
         path = report(study, out_dir, runs)
         if any(runs.values()):

@@ -131,6 +131,28 @@ class TestRunner(xsatest.TempDirTest):
         self.write("study.json", json.dumps(spec))
         check_one_error(self, STUDY + [self.path("study.json")], "'concurrent' must be a whole number >= 1", anywhere=True)
 
+    def test_sft_stage(self):
+        sft = "--sft dev/data/sft_mini_tokens -n 3 --eval-every 3 --eval-tokens 1024 --chatcore-max-cat 4 --chatcore-max-sample 1"
+        self.write("study.json", json.dumps({"name": "t", "base": BASE, "arms": {"baseline": "", "xsa": "-x 1"}, "seeds": [1], "sft": sft}))
+        code, out = self.run_study()
+        starts = [l.split(":")[1].strip() for l in out.splitlines() if l.startswith("study: starting")]
+        with self.subTest("'sft': each finished run is then fine-tuned from its last checkpoint into its sft/ directory"):
+            self.assertTrue(code == 0 and starts == ["starting baseline seed 1", "starting xsa seed 1", "starting baseline seed 1 SFT",
+                                                     "starting xsa seed 1 SFT"] and "--init-from" in out and
+                            os.path.exists(self.path("out", "xsa", "seed_1", "sft", "ckpt_000003.safetensors")), out)
+        report = xsatest.read(self.path("out", "report.md")).decode()
+        with self.subTest("the report has the SFT val bpb and ChatCORE of every arm"):
+            for metric in ("SFT val bpb", "ChatCORE"):
+                section = report.split("## " + metric + "\n", 1)[-1].split("\n## ", 1)[0]
+                self.assertTrue("| baseline | 1 |" in section and "| xsa | 1 |" in section, report)
+        code, out = self.run_study()
+        with self.subTest("rerun: nothing left to run"):
+            self.assertTrue(code == 0 and "study: starting" not in out and "study: resuming" not in out, out)
+        self.write("study.json", json.dumps({"name": "t", "base": BASE, "arms": {"baseline": ""}, "seeds": [1], "sft": "-n 3"}))
+        check_one_error(self, STUDY + [self.path("study.json")], "'sft' must be a string of train_gpt SFT flags with --sft DIR", anywhere=True)
+        self.write("study.json", json.dumps({"name": "t", "base": BASE, "arms": {"baseline": ""}, "seeds": [1], "sft": sft + " --init-from x"}))
+        check_one_error(self, STUDY + [self.path("study.json")], "'sft' sets --init-from", anywhere=True)
+
     def test_committed_study_files(self):
         for path in sorted(os.listdir(os.path.join(xsatest.REPO, "dev", "studies"))):
             if path.endswith(".json"):
