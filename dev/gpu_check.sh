@@ -11,7 +11,8 @@
 #   sanitizers  compute-sanitizer memcheck, racecheck, synccheck on the attention harness (small shapes)
 #   test_xsa    the CUDA suite: PyTorch references, identities, graphs, the CUDA trainer against the CPU one
 #   model_twin  the CUDA backend against the CPU backend on one d4-size model and batch: loss, logits, every gradient
-#   train       the trainer end to end (d4-size, learnable XSA) on the embedded data
+#   train       the trainer end to end (d4-size, learnable XSA) on the embedded data; SFT of such a model on
+#               the mini conversations, with ChatCORE on the mini bundle at its end
 #   bench       d24 and d12 at T 2048, XSA off and on (fused, unfused), the phases of a d24 XSA micro-step
 # With the device tool, carry the prebuilt binaries (make gpu_binaries, then carry ["build/gpu"]) and run
 #   bash dev/gpu_check.sh        (OUT is set by the tool; elsewhere OUT=/tmp/gpu_check)
@@ -98,6 +99,15 @@ stage model_twin 90 bash -c "./test_xsa_cpu --twin-write $TWIN && XSA_CUDA_SYNC=
 TRAIN="-d 4 -t 256 -b 4 -B 4096 -n 4 --eval-every 4 --eval-tokens 8192 --sample-every -1 --core-every -1 -x learn"
 [ -n "${GPU_CHECK_TINY:-}" ] && TRAIN="-d 1 --dim 64 --heads 1 -t 64 -b 2 -B 256 -n 2 --eval-every 2 --eval-tokens 512 --sample-every -1 --core-every -1 -x learn"
 stage train_d4_learn 60 env XSA_CUDA_SYNC=1 ./train_gpt_cuda $TRAIN
+# SFT on the CUDA backend (the loss's ignored targets and its device-side mean, the packing's padding), then
+# ChatCORE at its end on the embedded bundle (batched categorical forwards, greedy generation with the
+# calculator tool, HumanEval's python3 test processes): both must run through; a base of the same shape first
+SFT=$(mktemp -d)
+stage sft_chatcore 90 bash -c "./train_gpt_cuda $TRAIN -o $SFT/base > /dev/null &&
+        XSA_CUDA_SYNC=1 ./train_gpt_cuda --sft dev/data/sft_mini_tokens --init-from \$(ls $SFT/base/ckpt_*.safetensors | tail -n 1) -n 3 \
+        --eval-every 3 --eval-tokens 4096 --chatcore-max-cat 8 --chatcore-max-sample 2 -o $SFT/sft &&
+        grep -q '\"kind\": \"chatcore\"' $SFT/sft/metrics.jsonl"
+rm -rf "$SFT"
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c GPU)
 if [ "$gpus" -ge 2 ]; then
     stage train_ranks2 60 ./train_gpt_cuda $TRAIN --ranks 2
