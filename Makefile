@@ -171,12 +171,13 @@ emu_test:
 
 # ----------------------------------------------------------------------------------------------------
 # Fuzzing (dev/fuzz/README.md): one libFuzzer harness per parser of an input file (token shard, tokenizer,
-# safetensors, checkpoint metadata + load_checkpoint, data-loader state, CORE task file) and one for the
+# safetensors, checkpoint metadata + load_checkpoint, data-loader state, CORE task file, SFT conversation file,
+# ChatCORE task file) and one for the
 # text encoder, built with clang,
 # ASan and UBSan and -DXSA_FUZZ (fail() throws, so a rejected input is not a crash). make fuzz runs each
 # for FUZZ_SECONDS (default 60) on its seeds (dev/fuzz/corpus/) and fails on any finding, printing per
 # harness the executions per second and libFuzzer's cov:/ft: numbers. Needs clang with compiler-rt and
-# libomp (Debian: apt-get install clang libomp-dev). CI: FUZZ_SECONDS=60 (7 harnesses: 2 min of builds, 7 of runs).
+# libomp (Debian: apt-get install clang libomp-dev). CI: FUZZ_SECONDS=60 (9 harnesses: 2 min of builds, 9 of runs).
 FUZZ_CXX ?= clang++
 FUZZ_SECONDS ?= 60
 FUZZ_CXXFLAGS = -std=c++17 -g -O1 -DXSA_FUZZ -I. -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \

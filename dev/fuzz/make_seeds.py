@@ -3,7 +3,8 @@
 
     python3 dev/fuzz/make_seeds.py [--bin DIR]
 
-From the real files (dev/data/devil/, dev/data/core_tasks/, dev/reference/data/: the small ones, or
+From the real files (dev/data/devil/, dev/data/core_tasks/, dev/data/chat_tasks/, dev/data/sft_mini_tokens/,
+dev/reference/data/: the small ones, or
 their headers; dev/data/encoder_test.txt in pieces, the encoder's text), a few crafted ones (edge cases
 a parser must take or reject), and what the harnesses
 fuzz_checkpoint and fuzz_loader_state derive from a tiny model and loader of their own
@@ -67,6 +68,18 @@ def core_task(task_type, items, label=b"t", vocab=4096, bos=4087, shots=0, basel
         for tokens, start, end in prompts:
             out += struct.pack("<III%dI" % len(tokens), len(tokens), start, end, *tokens)
     return out
+
+
+def conversations(convs, masks, vocab=4096, bos=4087):
+    """An SFT conversation file (dev/data/README.md): header, offsets, uint32 tokens, uint8 masks."""
+    tokens = [t for c in convs for t in c]
+    offsets = [0]
+    for c in convs:
+        offsets.append(offsets[-1] + len(c))
+    header = [0] * 256
+    header[:9] = [20261202, 1, len(convs), 0, len(tokens), 0, vocab, bos, 2048]
+    return (struct.pack("<256i", *header) + struct.pack("<%dQ" % len(offsets), *offsets) + struct.pack("<%dI" % len(tokens), *tokens) +
+            bytes(m for mask in masks for m in mask))
 
 
 def safetensors(header_obj=None, data=b"", raw_header=None):
@@ -139,6 +152,17 @@ def main():
     write("fuzz_core_task", "lm_min.bin", core_task(2, [(0, [([bos, 5, 6], 1, 3)])], label=b"lm", baseline=0.0))
     write("fuzz_core_task", "mc_min.bin", core_task(0, [(1, [([bos, 5, 6], 2, 3), ([bos, 5, 7, 8], 2, 4)])], label=b"mc"))
     write("fuzz_core_task", "schema_min.bin", core_task(1, [(0, [([bos, 9, 6], 2, 3), ([bos, 10, 6], 2, 3)])], label=b"s", baseline=50.0))
+
+    # SFT conversation files: the mini mixture's validation file, and three crafted conversations (one longer
+    # than the harness's rows, one of BOS alone)
+    write("fuzz_conversations", "sft_val.bin", read("dev/data/sft_mini_tokens/sft_val.bin"))
+    write("fuzz_conversations", "three.bin", conversations([[bos, 5, 6, 7], [bos], [bos] + list(range(10, 40))],
+                                                            [[0, 0, 1, 1], [0], [0] + [1] * 30]))
+
+    # ChatCORE task files: the mini bundle's
+    for name in sorted(os.listdir(os.path.join(REPO, "dev/data/chat_tasks"))):
+        if name.endswith(".bin"):
+            write("fuzz_chat_task", name, read("dev/data/chat_tasks/" + name))
 
     # safetensors: a small real file, crafted headers (escapes, empty, zero-size and I32 tensors, metadata only)
     write("fuzz_safetensors", "core_scores.safetensors", read("dev/reference/data/core_scores.safetensors"))
