@@ -552,6 +552,14 @@ static inline void dataloader_free(SftLoader* dl) {
     *dl = SftLoader();
 }
 
+// last_batch and progress after the batches made so far: the pass ends with batch -n (given) or with the
+// batch that brings `consumed` to the number of conversations
+static inline void sft_loader_pass_state(SftLoader* dl) {
+    const uint64_t count = dl->file.count;
+    dl->last_batch = (dl->num_batches > 0 && dl->batches >= dl->num_batches) || dl->consumed >= count;
+    dl->progress = dl->num_batches > 0 ? (double)dl->batches / dl->num_batches : (double)dl->consumed / count;
+}
+
 // Packs the next B rows into dl->inputs and dl->targets (B, T), and updates last_batch and progress.
 static inline void dataloader_next_batch(SftLoader* dl) {
     const ConversationFile& f = dl->file;
@@ -594,9 +602,7 @@ static inline void dataloader_next_batch(SftLoader* dl) {
         }
     }
     dl->batches++;
-    if (dl->num_batches > 0 && dl->batches >= dl->num_batches) dl->last_batch = true;
-    if (dl->consumed >= f.count) dl->last_batch = true;
-    dl->progress = dl->num_batches > 0 ? (double)dl->batches / dl->num_batches : (double)dl->consumed / f.count;
+    sft_loader_pass_state(dl);
 }
 
 // The state as integers, for checkpoints: cursor, consumed, epoch, batches, then the buffered conversations.
@@ -625,6 +631,5 @@ static inline void dataloader_restore(SftLoader* dl, const std::vector<int64_t>&
     dl->epoch = s[2];
     dl->batches = s[3];
     dl->buffer = buffer;
-    dl->last_batch = (dl->num_batches > 0 && dl->batches >= dl->num_batches) || dl->consumed >= (uint64_t)count;
-    dl->progress = dl->num_batches > 0 ? (double)dl->batches / dl->num_batches : (double)dl->consumed / count;
+    sft_loader_pass_state(dl);
 }

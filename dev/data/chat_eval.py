@@ -321,15 +321,7 @@ def parse_args(argv=None):
 
 def run(args):
     t0 = time.time()
-    tok_path = os.path.expanduser(args.tokenizer)
-    if not os.path.isfile(tok_path):
-        raise ChatEvalError(f"{tok_path}: no such tokenizer file")
-    try:
-        enc, _ = climbmix.read_tokenizer(tok_path)
-    except climbmix.PrepError as e:
-        raise ChatEvalError(f"{e} (chat_eval.py needs a tokenizer with nanochat's 9 special tokens: "
-                            f"{' '.join(climbmix.SPECIAL_TOKENS)})")
-    special = sft.chat_special_ids(enc)
+    enc, special = sft.load_chat_tokenizer(args.tokenizer, "chat_eval.py")
     log(f"tokenizer {args.tokenizer}: vocab {enc.n_vocab}, BOS {special[BOS]}")
 
     tasks = [t for t in TASKS if args.tasks is None or t.label in args.tasks]

@@ -728,17 +728,24 @@ def parse_args(argv=None):
     return args
 
 
-def run(args):
-    t0 = time.time()
-    tok_path = os.path.expanduser(args.tokenizer)
+def load_chat_tokenizer(path, script):
+    """(tiktoken Encoding, the 9 chat special ids) of the tokenizer file at `path` (~ expanded); errors name
+    `script`, the caller (sft.py, chat_eval.py)."""
+    tok_path = os.path.expanduser(path)
     if not os.path.isfile(tok_path):
         raise SftError(f"{tok_path}: no such tokenizer file")
     try:
         enc, _ = climbmix.read_tokenizer(tok_path)
     except climbmix.PrepError as e:
-        raise SftError(f"{e} (sft.py needs a tokenizer with nanochat's 9 special tokens: "
+        raise SftError(f"{e} ({script} needs a tokenizer with nanochat's 9 special tokens: "
                        f"{' '.join(climbmix.SPECIAL_TOKENS)})")
-    special = chat_special_ids(enc)
+    return enc, chat_special_ids(enc)
+
+
+def run(args):
+    t0 = time.time()
+    tok_path = os.path.expanduser(args.tokenizer)
+    enc, special = load_chat_tokenizer(tok_path, "sft.py")
     with open(tok_path, "rb") as f:
         tok_sha = hashlib.sha256(f.read()).hexdigest()
     log(f"tokenizer {args.tokenizer}: vocab {enc.n_vocab}, BOS {special[BOS]}")

@@ -29,7 +29,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "test"))
-from xsatest import REPO, check_one_error, jsonl, needs_packages, read, run, token_pieces  # noqa: E402
+from xsatest import REPO, check_one_error, copy_jsonl, jsonl, needs_packages, read, run, token_pieces  # noqa: E402
 
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "dev", "reference"))
@@ -307,17 +307,7 @@ class TestErrors(unittest.TestCase):
 
     def source(self, name, edit=None, drop=None):
         """a copy of the bundle, without `drop`, with `edit` (a function of the rows) applied to file `name`"""
-        d = os.path.join(self.dir, name)
-        os.makedirs(d)
-        for f in SPLIT_FILES:
-            if f == drop:
-                continue
-            rows = jsonl(os.path.join(BUNDLE, f + ".jsonl"))
-            if edit and f == edit[0]:
-                edit[1](rows)
-            with open(os.path.join(d, f + ".jsonl"), "w", encoding="utf-8") as fh:
-                fh.write("".join(json.dumps(r) + "\n" for r in rows))
-        return d
+        return copy_jsonl(BUNDLE, os.path.join(self.dir, name), SPLIT_FILES, edit, drop)
 
     def test_errors(self):
         """errors: missing source file, --offline without the data, a letter of 2 tokens, bad rows, bad flags"""

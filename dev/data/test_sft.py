@@ -28,7 +28,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "test"))
-from xsatest import REPO, check_one_error, jsonl, needs_packages, read, run, token_pieces  # noqa: E402
+from xsatest import REPO, check_one_error, copy_jsonl, jsonl, needs_packages, read, run, token_pieces  # noqa: E402
 
 sys.path.insert(0, HERE)
 
@@ -441,17 +441,7 @@ class TestErrors(unittest.TestCase):
 
     def source(self, name, edit=None, drop=None):
         """a copy of the mini source, without `drop`, with `edit` (a function of the rows) applied to file `name`"""
-        d = os.path.join(self.dir, name or "src")
-        os.makedirs(d, exist_ok=True)
-        for f in SPLIT_FILES:
-            if f == drop:
-                continue
-            rows = jsonl(os.path.join(MINI, f + ".jsonl"))
-            if edit and f == edit[0]:
-                edit[1](rows)
-            with open(os.path.join(d, f + ".jsonl"), "w", encoding="utf-8") as fh:
-                fh.write("".join(json.dumps(r) + "\n" for r in rows))
-        return d
+        return copy_jsonl(MINI, os.path.join(self.dir, name or "src"), SPLIT_FILES, edit, drop)
 
     def test_errors(self):
         """errors: missing source file, bad rows, no chat specials, --offline without the data, bad flags"""

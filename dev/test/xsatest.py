@@ -69,6 +69,21 @@ def token_pieces(path):
     return pieces, bos
 
 
+def copy_jsonl(src, dst, names, edit=None, drop=None):
+    """Copies the JSON-lines files NAME.jsonl of `names` from src to dst (made), leaving out `drop` and applying
+    edit = (name, function of the rows) to that one: a source directory with one thing changed."""
+    os.makedirs(dst, exist_ok=True)
+    for name in names:
+        if name == drop:
+            continue
+        rows = jsonl(os.path.join(src, name + ".jsonl"))
+        if edit and name == edit[0]:
+            edit[1](rows)
+        with open(os.path.join(dst, name + ".jsonl"), "w", encoding="utf-8") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in rows))
+    return dst
+
+
 def check_one_error(test, argv, expect, what=None, anywhere=False):
     """The program must exit with code 1 and print exactly one line on stderr: "error: ...", containing
     `expect` ("...error: ..." with anywhere=True). Checked as a subtest of `test`, named after the command."""
