@@ -29,6 +29,13 @@ NVCC_LIBFLAGS = -Xcompiler -Wno-unused-function -diag-suppress 177
 NCCL_HEADER := $(firstword $(wildcard $(dir $(shell command -v $(NVCC) 2>/dev/null))../include/nccl.h /usr/include/nccl.h))
 CUDA_LIBS = -lcublasLt -lgomp $(if $(NCCL_HEADER),-lnccl)
 NVCCFLAGS += $(if $(NCCL_HEADER),-DXSA_NCCL)
+# MPI (ranks started by mpirun or srun, README.md#several-gpus-and-several-nodes): train_gpt and chat_eval,
+# the programs that take --ranks, are built with it where Open MPI's compiler wrapper is found (NO_MPI=1:
+# without). Only its -I, -L and -l flags are taken, which both g++ and nvcc accept; its C API only (not
+# the C++ bindings, which do not compile warning-free).
+MPICXX ?= mpicxx
+HAS_MPI := $(if $(NO_MPI),,$(shell $(MPICXX) --showme:version >/dev/null 2>&1 && echo 1))
+MPIFLAGS = $(if $(HAS_MPI),-DXSA_MPI -DOMPI_SKIP_MPICXX $(filter -I%,$(shell $(MPICXX) --showme:compile)) $(filter -L% -l%,$(shell $(MPICXX) --showme:link)))
 CUDA_CHECKS = $(patsubst dev/cuda/%.cu,dev/cuda/bin/%,$(wildcard dev/cuda/*_check.cu))
 # the Python that runs the tests (e.g. PYTHON=python3.12 make test); its packages decide what is skipped
 PYTHON ?= python3
@@ -53,13 +60,13 @@ endif
 # conversation, chat_eval scores a chat model's ChatCORE; all with the backend of this machine, as train_gpt.
 sample chat chat_eval: %: %.cpp train_gpt.cu $(HEADERS)
 ifeq ($(HAS_GPU),1)
-	$(NVCC) $(NVCCFLAGS) $(NVCC_LIBFLAGS) -x cu $< -o $@ $(CUDA_LIBS)
+	$(NVCC) $(NVCCFLAGS) $(NVCC_LIBFLAGS) -x cu $< -o $@ $(CUDA_LIBS) $(if $(filter chat_eval,$@),$(MPIFLAGS))
 else
-	$(CXX) $(CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) -x c++ $< -o $@
+	$(CXX) $(CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) -x c++ $< -o $@ $(if $(filter chat_eval,$@),$(MPIFLAGS))
 endif
 
 train_gpt_cpu: train_gpt.cu $(HEADERS)
-	$(CXX) $(CXXFLAGS) $(OMPFLAGS) -x c++ train_gpt.cu -o $@
+	$(CXX) $(CXXFLAGS) $(OMPFLAGS) -x c++ train_gpt.cu -o $@ $(MPIFLAGS)
 
 eval_core: eval_core.cpp train_gpt.cu $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) eval_core.cpp -o $@
@@ -68,7 +75,7 @@ test_xsa_cpu: test_xsa.cu train_gpt.cu $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) -x c++ test_xsa.cu -o $@
 
 train_gpt_cuda: train_gpt.cu $(HEADERS)
-	$(NVCC) $(NVCCFLAGS) train_gpt.cu -o $@ $(CUDA_LIBS)
+	$(NVCC) $(NVCCFLAGS) train_gpt.cu -o $@ $(CUDA_LIBS) $(MPIFLAGS)
 
 eval_core_cuda: eval_core.cpp train_gpt.cu $(HEADERS)
 	$(NVCC) $(NVCCFLAGS) $(NVCC_LIBFLAGS) -x cu eval_core.cpp -o $@ $(CUDA_LIBS)
@@ -217,7 +224,7 @@ SAN_ENV = XSA_BIN_DIR=$(SAN_DIR) \
 
 $(SAN_DIR)/train_gpt_cpu: train_gpt.cu $(HEADERS)
 	@mkdir -p $(SAN_DIR)
-	$(CXX) $(SANFLAGS) $(OMPFLAGS) -x c++ train_gpt.cu -o $@
+	$(CXX) $(SANFLAGS) $(OMPFLAGS) -x c++ train_gpt.cu -o $@ $(MPIFLAGS)
 
 $(SAN_DIR)/eval_core: eval_core.cpp train_gpt.cu $(HEADERS)
 	@mkdir -p $(SAN_DIR)
@@ -225,7 +232,7 @@ $(SAN_DIR)/eval_core: eval_core.cpp train_gpt.cu $(HEADERS)
 
 $(SAN_DIR)/sample $(SAN_DIR)/chat $(SAN_DIR)/chat_eval: $(SAN_DIR)/%: %.cpp train_gpt.cu $(HEADERS)
 	@mkdir -p $(SAN_DIR)
-	$(CXX) $(SANFLAGS) $(LIBFLAGS) $(OMPFLAGS) -x c++ $< -o $@
+	$(CXX) $(SANFLAGS) $(LIBFLAGS) $(OMPFLAGS) -x c++ $< -o $@ $(if $(filter chat_eval,$*),$(MPIFLAGS))
 
 $(SAN_DIR)/test_xsa_cpu: test_xsa.cu train_gpt.cu $(HEADERS)
 	@mkdir -p $(SAN_DIR)

@@ -20,11 +20,12 @@ static void usage() {
            "  -o FILE          write a per-task CSV\n"
            "  --answers FILE   write every item's verdict as a JSON line: task, item, correct, and the chosen letter's\n"
            "                   index (categorical) or the answer's text (generative); needs --ranks 1\n"
-           "  --ranks N        split the items over N ranks (GPUs, or CPU processes)\n");
+           "  --ranks N        split the items over N ranks (GPUs, or CPU processes)\n"
+           "  --rendezvous FILE  ranks started by a launcher without MPI meet in FILE (see train_gpt --help)\n");
 }
 
 int main(int argc, char** argv) {
-    std::string weights, task_dir, csv, tokenizer, answers;
+    std::string weights, task_dir, csv, tokenizer, answers, rendezvous;
     int max_cat = -1, max_sample = -1, max_new = 512, ranks = 1;
     parse_options(argc, argv, usage, [&](const std::string& flag, const char* value) {
         if (flag == "-e") weights = value;
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
         else if (flag == "--max-sample") max_sample = parse_int32(flag.c_str(), value);
         else if (flag == "--max-new") max_new = parse_int32(flag.c_str(), value);
         else if (flag == "--ranks") ranks = parse_int32(flag.c_str(), value);
+        else if (flag == "--rendezvous") rendezvous = value;
         else return false;
         return true;
     });
@@ -44,7 +46,8 @@ int main(int argc, char** argv) {
     if (max_new < 1) fail("--max-new must be >= 1, got %d", max_new);
     if (ranks < 1 || ranks > MAX_RANKS) fail("--ranks must be in [1, %d], got %d", MAX_RANKS, ranks);
     if (!answers.empty() && ranks > 1) fail("--answers needs --ranks 1 (each rank keeps its own answers)");
-    ranks_launch(ranks);
+    ranks_launch(ranks, rendezvous);
+    if (!answers.empty() && g_ranks.world > 1) fail("--answers needs one rank (each rank keeps its own answers)");
     backend_init();
     GPT model;
     Tokenizer tok;

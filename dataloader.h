@@ -423,6 +423,35 @@ static inline void dataloader_restore(DataLoader* dl, const std::vector<int64_t>
     dl->buffer = buffer;
 }
 
+// Restores this rank's state from the states of a run on another number of ranks (`states[r]`: old rank
+// r's, each checked as dataloader_restore does), so that a checkpoint resumes on any number of ranks. No
+// run on the new ranks could have reached this point, so this is a choice (dev/docs/data.md#ranks-and-epochs):
+// every new rank goes on from the furthest stream position of the old ones, and the documents the old
+// ranks had buffered are dealt out in turn (old rank 0's buffer in order, then rank 1's, ...: document i to
+// new rank i mod the new ranks). No document is read twice; the chunks before that position that their old
+// rank had not reached yet are skipped (fewer than the old ranks' count, of 128 documents each).
+static inline void dataloader_restore_resharded(DataLoader* dl, const std::vector<std::vector<int64_t>>& states, const char* source) {
+    std::vector<Document> dealt;
+    bool first = true;
+    for (size_t r = 0; r < states.size(); r++) {
+        DataLoader old = *dl;  // shares the mapped shards; only its position and buffer are set
+        old.buffer.clear();
+        dataloader_restore(&old, states[r], source);
+        const bool further = old.epoch != dl->epoch ? old.epoch > dl->epoch : old.shard_idx != dl->shard_idx ? old.shard_idx > dl->shard_idx
+                                                                                                               : old.pos > dl->pos;
+        if (first || further) {
+            dl->shard_idx = old.shard_idx;
+            dl->pos = old.pos;
+            dl->doc_in_shard = old.doc_in_shard;
+            dl->epoch = old.epoch;
+            first = false;
+        }
+        dealt.insert(dealt.end(), old.buffer.begin(), old.buffer.end());
+    }
+    dl->buffer.clear();
+    for (size_t i = dl->rank; i < dealt.size(); i += dl->world) dl->buffer.push_back(dealt[i]);
+}
+
 // ----------------------------------------------------------------------------------------------------
 // Conversations for SFT (dev/docs/data.md#sft): the conversation files of dev/data/sft.py and nanochat's
 // chat_sft packing of them.

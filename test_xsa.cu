@@ -1307,6 +1307,60 @@ static void test_packing() {
     }
 }
 
+// A checkpoint of 2 ranks resumed on 3 (dataloader_restore_resharded, dev/docs/data.md#ranks-and-epochs):
+// 40 documents of 2-5 tokens, chunks of 2, buffers of 3; the old ranks pack 3 batches each. Each new rank
+// must start at the furthest old position, the new buffers must be the old ones dealt out (document i of
+// old rank 0's then rank 1's buffer to new rank i mod 3), and each new rank must read next only chunks at
+// or past that position that are its own under the new stride.
+static void test_resharded_restore() {
+    const std::string path = tmp_path("reshard.bin");
+    std::vector<uint32_t> stream;
+    for (uint32_t d = 0; d < 40; d++) {
+        stream.push_back(0);
+        for (uint32_t t = 0; t < 1 + d % 4; t++) stream.push_back(d + 1);
+    }
+    write_shard(path, stream, 2);
+    auto loader = [&](int rank, int world) {
+        DataLoader dl;
+        dataloader_init(&dl, path, "test", 64, 0, 1, 7, rank, world);
+        dl.buffer_target = 3;
+        dl.chunk_docs = 2;
+        return dl;
+    };
+    std::vector<std::vector<int64_t>> states;
+    std::vector<Document> old_buffers;
+    uint64_t furthest = 0;
+    for (int r = 0; r < 2; r++) {
+        DataLoader dl = loader(r, 2);
+        for (int b = 0; b < 3; b++) dataloader_next_batch(&dl);
+        states.push_back(dataloader_state(&dl));
+        old_buffers.insert(old_buffers.end(), dl.buffer.begin(), dl.buffer.end());
+        furthest = std::max(furthest, dl.pos);
+        dataloader_free(&dl);
+    }
+    bool dealt = true, position = true, stride = true;
+    for (int r = 0; r < 3; r++) {
+        DataLoader dl = loader(r, 3);
+        dataloader_restore_resharded(&dl, states, "test");
+        std::vector<Document> want;
+        for (size_t i = r; i < old_buffers.size(); i += 3) want.push_back(old_buffers[i]);
+        for (size_t i = 0; i < want.size() || i < dl.buffer.size(); i++)
+            dealt = dealt && i < want.size() && i < dl.buffer.size() && want[i].start == dl.buffer[i].start && want[i].length == dl.buffer[i].length;
+        position = position && dl.pos == furthest && dl.epoch == 1;
+        const size_t kept = dl.buffer.size();
+        dataloader_refill(&dl);
+        for (size_t i = kept; i < dl.buffer.size(); i++) {
+            const uint32_t doc = dl.shards[0].token(dl.buffer[i].start + 1) - 1;  // every token of document d is d + 1
+            stride = stride && dl.buffer[i].start >= furthest && (doc / 2) % 3 == (uint32_t)r;
+        }
+        stride = stride && dl.buffer.size() > kept;
+        dataloader_free(&dl);
+    }
+    check(!old_buffers.empty() && dealt && position && stride,
+          "2 ranks' loader states resumed on 3: each starts at the furthest old position (%s), gets the old buffers dealt in turn (%s), "
+          "and reads on only its own chunks under the new stride (%s)", position ? "yes" : "NO", dealt ? "yes" : "NO", stride ? "yes" : "NO");
+}
+
 // A shard truncated while a run reads it ends in one error line naming it and exit code 1, not SIGBUS:
 // when the check before a read sees the change (shard_check), and when the truncation falls between the
 // check and the read (the SIGBUS handler of dataloader.h). Each case runs in a forked child.
@@ -1533,7 +1587,7 @@ static void test_resume_bit_identical(bool adamw_only) {
     bool same_losses = restored.step == 3 && restored.smooth_loss == loop.smooth_loss;
     for (int s = 3; s < 6; s++) same_losses &= train_step(&resumed.model, &resumed.opt, &resumed.data, 2).loss == full_losses[s];
     bool same_params = memcmp(full.model.params, resumed.model.params, full.model.num_params * sizeof(float)) == 0;
-    bool same_state = memcmp(full.opt.state, resumed.opt.state, full.opt.state_floats * sizeof(float)) == 0;
+    bool same_state = memcmp(full.opt.state, resumed.opt.state, full.opt.layout.state_floats * sizeof(float)) == 0;
     bool same_loader = dataloader_state(&full.data) == dataloader_state(&resumed.data);
     check(same_losses && same_params && same_params && same_state && same_loader,
           "resume (%s): 3 steps + checkpoint + 3 steps == 6 steps (losses %s, weights %s, optimizer state %s, loader %s)",
@@ -1853,6 +1907,7 @@ int main(int argc, char** argv) {
         test_chatcore_checkers(tok);
     }
     test_packing();
+    test_resharded_restore();
     test_sft_packing();
     test_shard_truncated_during_run();
     test_resume_bit_identical(false);

@@ -368,6 +368,91 @@ static ParamCounts count_params(const GPTConfig& config) {
     return pc;
 }
 
+// Who updates what (dev/docs/optim.md#the-sharded-optimizer). nanochat's distributed MuonAdamW splits the
+// optimizer's work and state over the ranks, ZeRO-2 style: a Muon group's K matrices (every block matrix of
+// one shape) go to the ranks in blocks of chunk = ceil(K / shards), rank r updating matrices r·chunk ..
+// (r+1)·chunk - 1 (so the last ranks may get none); an AdamW tensor of >= 1024 elements whose rows divide by
+// the shards is split by rows (rank r: rows r·rows/shards ..); a smaller one every rank updates whole. A
+// rank reduces only the gradients it needs, keeps optimizer state only for what it updates, and takes the
+// rest of the updated parameters from their ranks. With shards = 1, rank 0 updates everything: the
+// replicated optimizer, whose state layout is the checkpoints'.
+struct OptimizerLayout {
+    std::vector<bool> muon;                   // per tensor: updated by Muon
+    std::vector<std::vector<size_t>> groups;  // the Muon groups (tensor indices, table order)
+    std::vector<int> owner;                   // per tensor: the rank that updates it, -1: split by rows, or every rank (AdamW)
+    std::vector<RankRange> owners;            // the parameters (offsets into the flat buffers) by the rank that updates them
+    std::vector<size_t> own_begin, own_end;   // per tensor: the elements this rank updates
+    std::vector<size_t> state_m, state_v;     // per tensor: where its state is in this rank's (AdamW m and v; Muon momentum and NorMuon state)
+    std::vector<size_t> full_m, full_v;       // the same in the checkpoint's layout: the whole state, as with shards = 1
+    size_t state_floats = 0, full_state_floats = 0;
+};
+
+static OptimizerLayout optimizer_layout(const std::vector<ParamTensor>& table, bool adamw_only, int shards, int rank) {
+    OptimizerLayout L;
+    const size_t n = table.size();
+    L.muon.resize(n);
+    L.owner.assign(n, -1);
+    L.own_begin.assign(n, 0);
+    L.own_end.assign(n, 0);
+    for (size_t i = 0; i < n; i++) {
+        L.muon[i] = param_group(table[i].name) == GROUP_MATRIX && !adamw_only;
+        if (!L.muon[i]) continue;
+        if (table[i].shape.size() != 2) fail("internal: block parameter %s is not a matrix", table[i].name.c_str());
+        size_t g = 0;
+        while (g < L.groups.size() && table[L.groups[g][0]].shape != table[i].shape) g++;
+        if (g == L.groups.size()) L.groups.emplace_back();
+        L.groups[g].push_back(i);
+    }
+    for (const std::vector<size_t>& group : L.groups) {
+        const size_t chunk = (group.size() + shards - 1) / shards;
+        for (size_t k = 0; k < group.size(); k++) L.owner[group[k]] = (int)(k / chunk);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const ParamTensor& t = table[i];
+        if (L.muon[i]) {
+            L.owners.push_back({t.offset, t.offset + t.numel, L.owner[i]});
+            L.own_end[i] = L.owner[i] == rank ? t.numel : 0;
+        } else if (shards > 1 && t.numel >= 1024 && t.shape[0] % shards == 0) {
+            const size_t slice = t.numel / shards;
+            for (int r = 0; r < shards; r++) L.owners.push_back({t.offset + r * slice, t.offset + (r + 1) * slice, r});
+            L.own_begin[i] = rank * slice;
+            L.own_end[i] = (rank + 1) * slice;
+        } else {
+            L.owners.push_back({t.offset, t.offset + t.numel, -1});
+            L.own_end[i] = t.numel;
+        }
+    }
+    // the state: the AdamW tensors' (m, v) in table order, then each Muon group's momentum (K, rows, cols) and
+    // NorMuon state (K, rows or cols); a rank's holds only its part, the checkpoint's all of it
+    auto lay_out = [&](bool full, std::vector<size_t>* m, std::vector<size_t>* v) {
+        m->assign(n, 0);
+        v->assign(n, 0);
+        size_t offset = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (L.muon[i]) continue;
+            const size_t len = full ? table[i].numel : L.own_end[i] - L.own_begin[i];
+            (*m)[i] = offset;
+            (*v)[i] = offset + len;
+            offset += 2 * len;
+        }
+        for (const std::vector<size_t>& group : L.groups) {
+            std::vector<size_t> kept;
+            for (size_t i : group)
+                if (full || L.owner[i] == rank) kept.push_back(i);
+            const size_t matrix = table[group[0]].numel, ns = normuon_state_size((int)table[group[0]].shape[0], (int)table[group[0]].shape[1]);
+            for (size_t k = 0; k < kept.size(); k++) {
+                (*m)[kept[k]] = offset + k * matrix;
+                (*v)[kept[k]] = offset + kept.size() * matrix + k * ns;
+            }
+            offset += kept.size() * (matrix + ns);
+        }
+        return offset;
+    };
+    L.state_floats = lay_out(false, &L.state_m, &L.state_v);
+    L.full_state_floats = lay_out(true, &L.full_m, &L.full_v);
+    return L;
+}
+
 // Training FLOPs per token: 6 * matmul params + 12 * H * D * min(window, T) per layer (causality not halved)
 static double flops_per_token(const GPTConfig& c) {
     double attention = 0.0;
@@ -493,14 +578,14 @@ struct MemoryPlan {
     double total() const { return params + grads + matmul_copy + optimizer + acts; }
 };
 
-static MemoryPlan memory_plan(const GPTConfig& c, int B) {
+static MemoryPlan memory_plan(const GPTConfig& c, int B, int optimizer_shards) {
     const ParamCounts pc = count_params(c);
     Acts layout;
     Carver count{nullptr, 0};
     carve_acts(&layout, &count, c, B, c.seq_len);
-    size_t optimizer_floats = 0;
-    for (const ParamTensor& t : param_table(c))
-        optimizer_floats += param_group(t.name) == GROUP_MATRIX ? t.numel + normuon_state_size((int)t.shape[0], (int)t.shape[1]) : 2 * t.numel;
+    // Muon's, as printed (--optimizer adamw keeps 2 floats per matrix element, not about 1); sharded: rank
+    // 0's share, the largest
+    const size_t optimizer_floats = optimizer_layout(param_table(c), false, optimizer_shards, 0).state_floats;
     const double matmul_copy = sizeof(floatX) == sizeof(float) ? 0.0 : pc.total * (double)sizeof(floatX);
     return {pc.total * 4.0, pc.total * 4.0, matmul_copy, optimizer_floats * 4.0, (double)count.used};
 }
@@ -519,20 +604,20 @@ static bool plan_fits(double bytes, double available) {
 // plan counts XSA's buffers (a learnable alpha's too) on every layer whether XSA is on or not, so a baseline
 // and its XSA runs get the same rows, hence the same data order and validation set. Otherwise 1 (which
 // check_memory may refuse).
-static int default_batch(const GPTConfig& c, long total_batch, double available) {
+static int default_batch(const GPTConfig& c, long total_batch, double available, int optimizer_shards) {
     GPTConfig with_xsa = c;
     with_xsa.xsa_layer.assign(c.n_layer, true);
     with_xsa.xsa_learnable = true;
     with_xsa.xsa_alpha = 0.0f;
     for (int B = sizeof(floatX) == sizeof(float) ? 4 : 32; B > 1; B /= 2)
-        if (total_batch % ((long)B * c.seq_len) == 0 && plan_fits(memory_plan(with_xsa, B).total(), available)) return B;
+        if (total_batch % ((long)B * c.seq_len) == 0 && plan_fits(memory_plan(with_xsa, B, optimizer_shards).total(), available)) return B;
     return 1;
 }
 
 // What is wrong with a micro-batch whose memory plan does not fit ("" if it fits), with the largest one
 // that fits and still divides the total batch: said before anything is allocated.
-static std::string memory_problem(const GPTConfig& c, int B, long total_batch, double available) {
-    const double need = memory_plan(c, B).total(), GiB = 1073741824.0;
+static std::string memory_problem(const GPTConfig& c, int B, long total_batch, double available, int optimizer_shards) {
+    const double need = memory_plan(c, B, optimizer_shards).total(), GiB = 1073741824.0;
     if (plan_fits(need, available)) return "";
     const bool cpu = sizeof(floatX) == sizeof(float);
     char what[400];
@@ -540,10 +625,10 @@ static std::string memory_problem(const GPTConfig& c, int B, long total_batch, d
              cpu && g_ranks.world > 1 ? (" x " + std::to_string(g_ranks.world) + " ranks").c_str() : "", available / GiB,
              cpu ? "the machine has available" : "the GPU has free");
     char fix[160];
-    snprintf(fix, sizeof fix, ", and even -b 1 needs %.1f GiB: a smaller model (-d) or a machine with more memory", memory_plan(c, 1).total() / GiB);
+    snprintf(fix, sizeof fix, ", and even -b 1 needs %.1f GiB: a smaller model (-d) or a machine with more memory", memory_plan(c, 1, optimizer_shards).total() / GiB);
     for (int b = B - 1; b >= 1; b--)
-        if (total_batch % ((long)b * c.seq_len * g_ranks.world) == 0 && plan_fits(memory_plan(c, b).total(), available)) {
-            snprintf(fix, sizeof fix, "; -b %d fits (%.1f GiB)", b, memory_plan(c, b).total() / GiB);
+        if (total_batch % ((long)b * c.seq_len * g_ranks.world) == 0 && plan_fits(memory_plan(c, b, optimizer_shards).total(), available)) {
+            snprintf(fix, sizeof fix, "; -b %d fits (%.1f GiB)", b, memory_plan(c, b, optimizer_shards).total() / GiB);
             break;
         }
     return std::string(what) + fix;
@@ -1082,7 +1167,8 @@ static UpdateSchedule sft_schedule(const OptimConfig& o, int it, double progress
 }
 
 // A Muon group: every block matrix of one shape (nanochat's groups), with its momentum and NorMuon state
-// stacked, (K, rows, cols) and (K, rows or cols), so the CUDA backend updates the group in one go.
+// stacked, (K, rows, cols) and (K, rows or cols), so the CUDA backend updates the group in one go. Sharded,
+// the matrices of the group this rank updates.
 struct MuonStack {
     int rows = 0, cols = 0;
     std::vector<size_t> tensors;  // indices into model->table, in table order
@@ -1097,65 +1183,51 @@ struct MuonStack {
 
 struct Optimizer {
     OptimConfig config;
+    OptimizerLayout layout;           // who updates what (one rank: everything)
+    int shards = 1;                   // the ranks sharing the work
     std::vector<ParamGroup> group;    // per parameter tensor (model->table order)
-    std::vector<float*> m, v;         // per tensor: AdamW moments, or its slices of its Muon stack
+    std::vector<float*> m, v;         // per tensor: the AdamW moments of its elements this rank updates, or its slices of its Muon stack
     std::vector<MuonStack> stacks;
-    float* state = nullptr;           // backend memory behind m, v and the stacks
-    size_t state_floats = 0;
+    float* state = nullptr;           // backend memory behind m, v and the stacks: this rank's share
+    std::vector<RankRange> norm_spans; // the gradient this rank adds into the gradient norm (its own, and rank 0 the replicated)
+    StreamSpan timer;                 // a step's gradient sums, update and gathering of the parameters
     std::vector<float> work;          // CPU Muon scratch, the size of the largest matrix
     int step = 0;                     // updates applied so far
 };
 
-static bool uses_muon(const Optimizer* opt, size_t i) { return opt->group[i] == GROUP_MATRIX && !opt->config.adamw_only; }
+static bool uses_muon(const Optimizer* opt, size_t i) { return opt->layout.muon[i]; }
 
-// State layout: the AdamW tensors' (m, v) in table order, then each Muon stack's momentum and state.
-static void optimizer_init(Optimizer* opt, const GPT* model, const OptimConfig& config) {
+// The optimizer, its work and state shared by `shards` ranks (1: every rank does all of it).
+static void optimizer_init(Optimizer* opt, const GPT* model, const OptimConfig& config, int shards = 1) {
     opt->config = config;
+    opt->shards = shards;
+    opt->layout = optimizer_layout(model->table, config.adamw_only, shards, shards > 1 ? g_ranks.rank : 0);
+    const OptimizerLayout& L = opt->layout;
     const size_t n = model->table.size();
     opt->group.resize(n);
-    opt->m.resize(n);
-    opt->v.resize(n);
-    size_t total = 0, largest = 0;
-    for (size_t i = 0; i < n; i++) {
-        const ParamTensor& t = model->table[i];
-        opt->group[i] = param_group(t.name);
-        if (opt->group[i] == GROUP_MATRIX && t.shape.size() != 2) fail("internal: block parameter %s is not a matrix", t.name.c_str());
-        if (!uses_muon(opt, i)) {
-            total += 2 * t.numel;
-            continue;
+    for (size_t i = 0; i < n; i++) opt->group[i] = param_group(model->table[i].name);
+    opt->state = (float*)backend_malloc(std::max<size_t>(L.state_floats, 1) * sizeof(float), "optimizer state");
+    backend_zero(opt->state, L.state_floats * sizeof(float));
+    opt->m.assign(n, nullptr);
+    opt->v.assign(n, nullptr);
+    for (size_t i = 0; i < n; i++)
+        if (L.own_end[i] > L.own_begin[i]) {
+            opt->m[i] = opt->state + L.state_m[i];
+            opt->v[i] = opt->state + L.state_v[i];
         }
-        const int rows = (int)t.shape[0], cols = (int)t.shape[1];
-        largest = std::max(largest, t.numel);
-        size_t k = 0;
-        while (k < opt->stacks.size() && (opt->stacks[k].rows != rows || opt->stacks[k].cols != cols)) k++;
-        if (k == opt->stacks.size()) {
-            opt->stacks.push_back(MuonStack());
-            opt->stacks[k].rows = rows;
-            opt->stacks[k].cols = cols;
-        }
-        opt->stacks[k].tensors.push_back(i);
-        total += t.numel + normuon_state_size(rows, cols);
-    }
-    opt->state_floats = total;
-    opt->state = (float*)backend_malloc(total * sizeof(float), "optimizer state");
-    backend_zero(opt->state, total * sizeof(float));
-    size_t offset = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (uses_muon(opt, i)) continue;
-        opt->m[i] = opt->state + offset;
-        opt->v[i] = opt->state + offset + model->table[i].numel;
-        offset += 2 * model->table[i].numel;
-    }
-    for (MuonStack& st : opt->stacks) {
-        const size_t K = st.tensors.size(), matrix = (size_t)st.rows * st.cols, ns = normuon_state_size(st.rows, st.cols);
-        st.momentum = opt->state + offset;
-        st.second = st.momentum + K * matrix;
-        offset += K * (matrix + ns);
-        for (size_t k = 0; k < K; k++) {
-            opt->m[st.tensors[k]] = st.momentum + k * matrix;
-            opt->v[st.tensors[k]] = st.second + k * ns;
-        }
+    size_t largest = 0;
+    for (const std::vector<size_t>& group : L.groups) {
+        MuonStack st;
+        st.rows = (int)model->table[group[0]].shape[0];
+        st.cols = (int)model->table[group[0]].shape[1];
+        for (size_t i : group)
+            if (opt->m[i]) st.tensors.push_back(i);
+        if (st.tensors.empty()) continue;  // none of this group is this rank's
+        st.momentum = opt->m[st.tensors[0]];
+        st.second = opt->v[st.tensors[0]];
+        largest = std::max(largest, model->table[group[0]].numel);
 #ifdef __CUDACC__
+        const size_t K = st.tensors.size();
         std::vector<float*> p(K), g(K);
         for (size_t k = 0; k < K; k++) {
             p[k] = model->params + model->table[st.tensors[k]].offset;
@@ -1167,7 +1239,14 @@ static void optimizer_init(Optimizer* opt, const GPT* model, const OptimConfig& 
         backend_upload(st.grads, g.data(), K * sizeof(float*));
         muon_scratch_alloc(&st.scratch, (int)K, st.rows, st.cols);
 #endif
+        opt->stacks.push_back(st);
     }
+    opt->norm_spans.clear();
+    for (const RankRange& r : L.owners)
+        if (r.owner == g_ranks.rank || (r.owner < 0 && g_ranks.rank == 0) || shards == 1) {
+            if (!opt->norm_spans.empty() && opt->norm_spans.back().end == r.begin) opt->norm_spans.back().end = r.end;
+            else opt->norm_spans.push_back({r.begin, r.end, g_ranks.rank});
+        }
     opt->work.assign(largest, 0.0f);
     opt->step = 0;
 }
@@ -1181,25 +1260,44 @@ static void optimizer_free(Optimizer* opt) {
     }
 #endif
     backend_free(opt->state);
+    stream_span_free(&opt->timer);
     *opt = Optimizer();
 }
 
+// The ranks' gradients summed where this rank needs them: all of them (one rank updates everything), or
+// the parts it updates (sharded: the other parts keep this rank's own gradient).
+static void optimizer_reduce_gradients(const Optimizer* opt, GPT* model) {
+    if (opt->shards == 1) ranks_sum_floats(model->grads, model->num_params);
+    else ranks_exchange_floats(model->grads, opt->layout.owners, RANKS_REDUCE);
+}
+
+// out[0] = the squared L2 norm of the summed gradient over every parameter, on every rank (sharded: each
+// rank adds its parts, then the ranks' partial sums are summed).
+static void gradient_sum_squares(const Optimizer* opt, const GPT* model, float* out) {
+    backend_zero(out, sizeof(float));
+    for (const RankRange& r : opt->norm_spans) dot_accumulate(out, 1.0f, model->grads + r.begin, model->grads + r.begin, r.end - r.begin);
+    if (opt->shards > 1) ranks_sum_floats(out, 1);
+}
+
 // Applies update number opt->step to every parameter from the accumulated gradients, with the schedules'
-// values `s` (AdamW's bias correction counts opt->step + 1 updates).
+// values `s` (AdamW's bias correction counts opt->step + 1 updates). Sharded, each rank updates its parts and
+// then takes the others' from their ranks.
 static void optimizer_step(Optimizer* opt, GPT* model, const UpdateSchedule& s) {
     const OptimConfig& c = opt->config;
+    const OptimizerLayout& L = opt->layout;
     const int it = opt->step;
     const float lrm = (float)s.lrm, momentum = (float)s.momentum, wd = (float)s.muon_wd;
     for (size_t i = 0; i < model->table.size(); i++) {
-        if (uses_muon(opt, i)) continue;
+        if (uses_muon(opt, i) || L.own_end[i] == L.own_begin[i]) continue;
         const ParamTensor& t = model->table[i];
         const ParamGroup grp = opt->group[i];
         const float lr = c.lr[grp] * lrm, group_wd = grp == GROUP_MATRIX ? c.matrix_adamw_wd : ADAM_WD[grp];
-        float* p = model->params + t.offset;
-        const float* g = model->grads + t.offset;
-        CUDA_OR_CPU(adamw_update_cuda(p, g, opt->m[i], opt->v[i], t.numel, lr, ADAM_BETA1[grp], ADAM_BETA2[grp], ADAM_EPS, group_wd, it + 1,
+        float* p = model->params + t.offset + L.own_begin[i];
+        const float* g = model->grads + t.offset + L.own_begin[i];
+        const size_t n = L.own_end[i] - L.own_begin[i];
+        CUDA_OR_CPU(adamw_update_cuda(p, g, opt->m[i], opt->v[i], n, lr, ADAM_BETA1[grp], ADAM_BETA2[grp], ADAM_EPS, group_wd, it + 1,
                                       g_backend.stream),
-                    adamw_update_cpu(p, g, opt->m[i], opt->v[i], t.numel, lr, ADAM_BETA1[grp], ADAM_BETA2[grp], ADAM_EPS, group_wd, it + 1));
+                    adamw_update_cpu(p, g, opt->m[i], opt->v[i], n, lr, ADAM_BETA1[grp], ADAM_BETA2[grp], ADAM_EPS, group_wd, it + 1));
     }
     const float lr = c.lr[GROUP_MATRIX] * lrm;
     for (MuonStack& st : opt->stacks) {
@@ -1213,8 +1311,50 @@ static void optimizer_step(Optimizer* opt, GPT* model, const UpdateSchedule& s) 
         }
 #endif
     }
+    if (opt->shards > 1) ranks_exchange_floats(model->params, L.owners, RANKS_BROADCAST);
     gpt_refresh_derived_weights(model);
     opt->step++;
+}
+
+// The whole optimizer state in the checkpoints' layout (OptimizerLayout::full_m/full_v), on rank 0 (the
+// others return nothing); every rank calls it. Sharded, each part comes from the rank that holds it,
+// through model->grads (free between steps: the next step starts by zeroing it).
+static std::vector<float> optimizer_full_state(const Optimizer* opt, GPT* model) {
+    const OptimizerLayout& L = opt->layout;
+    std::vector<float> full(g_ranks.rank == 0 ? L.full_state_floats : 0);
+    float* scratch = model->grads;
+    for (size_t i = 0; i < model->table.size(); i++) {
+        const ParamTensor& t = model->table[i];
+        const size_t own = L.own_end[i] - L.own_begin[i];
+        const size_t second = L.muon[i] ? normuon_state_size((int)t.shape[0], (int)t.shape[1]) : t.numel;
+        const struct { float* mine; size_t len, full_at; } parts[2] = {{opt->m[i], t.numel, L.full_m[i]}, {opt->v[i], second, L.full_v[i]}};
+        for (const auto& part : parts) {
+            if (own > 0) backend_copy(scratch + L.own_begin[i], part.mine, (own == t.numel ? part.len : own) * sizeof(float));
+            std::vector<RankRange> from;  // the part's elements by the rank that holds them (-1: every rank)
+            for (const RankRange& r : L.owners)
+                if (r.begin >= t.offset && r.end <= t.offset + t.numel)
+                    from.push_back({r.begin - t.offset, L.muon[i] ? part.len : r.end - t.offset, r.owner});
+            if (opt->shards > 1) ranks_exchange_floats(scratch, from, RANKS_BROADCAST);
+            if (g_ranks.rank == 0) backend_download(full.data() + part.full_at, scratch, part.len * sizeof(float));
+        }
+    }
+    return full;
+}
+
+// Loads this rank's part of a whole optimizer state (checkpoint layout, L.full_state_floats values) read
+// from `source`.
+static void optimizer_load_state(Optimizer* opt, const GPT* model, const SafetensorsFile& f, const std::string& source) {
+    const OptimizerLayout& L = opt->layout;
+    const float* full = f.get_f32("optimizer.state", L.full_state_floats);
+    if (first_non_finite(full, L.full_state_floats) < L.full_state_floats) fail("'%s': optimizer.state holds a non-finite value", source.c_str());
+    for (size_t i = 0; i < model->table.size(); i++) {
+        const ParamTensor& t = model->table[i];
+        const size_t own = L.own_end[i] - L.own_begin[i];
+        if (own == 0) continue;
+        const size_t second = L.muon[i] ? normuon_state_size((int)t.shape[0], (int)t.shape[1]) : own;
+        backend_upload(opt->m[i], full + L.full_m[i] + L.own_begin[i], own * sizeof(float));
+        backend_upload(opt->v[i], full + L.full_v[i] + L.own_begin[i], second * sizeof(float));
+    }
 }
 
 // The training plan (dev/docs/optim.md#the-training-plan): the horizon from the param:data ratio, the batch
@@ -1401,6 +1541,8 @@ static void gpt_train_micro_step(GPT* model, const int* idx, const int* targets,
 // loss sees it. The squared norms come from one reduction each (sum_squares); only when one is not finite
 // are the values read back, to name the first non-finite one. A squared norm can also overflow fp32 with
 // every value finite (values above ~1e19): then the run goes on, with an infinite gradient norm shown.
+// (Sharded, a rank holds the summed gradient of its own parts only: the rank whose part has the
+// non-finite value names it and fails, and the others are stopped as after any rank's failure.)
 // Returns what is wrong ("" if nothing), for train_step to stop with.
 static std::string step_non_finite(const GPT* model, int step, const float* sums) {
     char what[320];
@@ -1431,9 +1573,10 @@ static void sum_squares(float* out, const float* x, size_t n) {
 }
 
 struct StepResult {
-    double loss;       // the mean training loss of the step's micro-batches (before the update)
-    double grad_norm;  // the L2 norm of the gradient of that mean loss, over every parameter
-    double lrm;        // the update's lr multiplier
+    double loss;          // the mean training loss of the step's micro-batches (before the update)
+    double grad_norm;     // the L2 norm of the gradient of that mean loss, over every parameter
+    double lrm;           // the update's lr multiplier
+    double optimizer_ms;  // the ranks' gradient sums, the update and the gathering of the parameters
 };
 
 // One optimizer step: the gradient of the mean loss over `accum` micro-batches on every rank (summed over
@@ -1450,18 +1593,20 @@ static StepResult train_step(GPT* model, Optimizer* opt, Loader* train, int accu
         dataloader_next_batch(train);
         gpt_train_micro_step(model, train->inputs.data(), train->targets.data(), train->B, train->T, grad_scale);
     }
-    ranks_sum_floats(model->grads, model->num_params);
+    stream_span_mark(&opt->timer, 0);
+    optimizer_reduce_gradients(opt, model);
     ranks_sum_floats(model->step_sums, 1);
-    sum_squares(model->step_sums + 1, model->grads, model->num_params);
+    gradient_sum_squares(opt, model, model->step_sums + 1);
     const int step = opt->step;
     const UpdateSchedule s = schedule();
     optimizer_step(opt, model, s);
+    stream_span_mark(&opt->timer, 1);
     sum_squares(model->step_sums + 2, model->params, model->num_params);
     float sums[STEP_SUMS];
     backend_download(sums, model->step_sums, sizeof sums);
     const std::string non_finite = step_non_finite(model, step, sums);
     if (!non_finite.empty()) fail("%s; stopping (the last checkpoint, if any, is intact)", non_finite.c_str());
-    return {sums[0], sqrt((double)sums[1]), s.lrm};
+    return {sums[0], sqrt((double)sums[1]), s.lrm, stream_span_ms(&opt->timer)};
 }
 
 // A step of base training: its schedules at the optimizer's step
@@ -2229,8 +2374,9 @@ static std::string loader_state_name(int rank) { return rank == 0 ? "dataloader.
 // Every rank calls it (each contributes its data-loader state); rank 0 writes the file. Loader: DataLoader
 // (base training) or SftLoader.
 template <typename Loader>
-static void save_checkpoint(const std::string& path, const GPT* model, const Optimizer* opt, const Loader* train, const LoopState& loop) {
+static void save_checkpoint(const std::string& path, GPT* model, const Optimizer* opt, const Loader* train, const LoopState& loop) {
     const std::vector<std::vector<int64_t>> loader_states = ranks_gather(dataloader_state(train));
+    const std::vector<float> state = optimizer_full_state(opt, model);  // the whole state, gathered from the ranks' shares
     if (g_ranks.rank != 0) return;
     std::map<std::string, std::string> meta = model_metadata(model);
     for (const auto& kv : optim_to_metadata(opt->config)) meta[kv.first] = kv.second;
@@ -2250,16 +2396,37 @@ static void save_checkpoint(const std::string& path, const GPT* model, const Opt
     gpt_params_to_host(model);
     check_weights_finite(model, ("at step " + std::to_string(loop.step)).c_str());
     for (const ParamTensor& t : model->table) tensors.push_back({t.name, "F32", t.shape, model->params_host + t.offset});
-    std::vector<float> state(opt->state_floats);
-    backend_download(state.data(), opt->state, opt->state_floats * sizeof(float));
     if (first_non_finite(state.data(), state.size()) < state.size())
         fail("the optimizer state holds a non-finite value at step %d; no checkpoint written", loop.step);
-    tensors.push_back({"optimizer.state", "F32", {(int64_t)opt->state_floats}, state.data()});
+    tensors.push_back({"optimizer.state", "F32", {(int64_t)state.size()}, state.data()});
     std::vector<std::vector<int32_t>> loaders;
     for (const std::vector<int64_t>& state : loader_states) loaders.push_back(split_int64(state));
     for (size_t r = 0; r < loaders.size(); r++)
         tensors.push_back({loader_state_name((int)r), "I32", {(int64_t)loaders[r].size()}, loaders[r].data()});
     safetensors_write(path, meta, tensors);
+}
+
+// Rank `rank`'s data-loader state in a checkpoint.
+static std::vector<int64_t> checkpoint_loader_state(const SafetensorsFile& f, int rank, const std::string& path) {
+    const std::string name = loader_state_name(rank);
+    const SafeTensor* ls = f.find(name);
+    if (!ls || ls->numel() % 2 != 0) fail("'%s' has no valid %s", path.c_str(), name.c_str());
+    return join_int64(f.get_i32(name, ls->numel()), ls->numel() / 2);
+}
+
+// A checkpoint of `ranks` ranks resumed on another number: this rank's share of their data-loader states
+// (dataloader_restore_resharded). SFT runs resume only on their number of ranks.
+static void loader_restore_resharded(DataLoader* train, const SafetensorsFile& f, int ranks, const std::string& path) {
+    std::vector<std::vector<int64_t>> states;
+    for (int r = 0; r < ranks; r++) states.push_back(checkpoint_loader_state(f, r, path));
+    dataloader_restore_resharded(train, states, path.c_str());
+    printf("data: %s was written by %d rank%s, this run has %d: the ranks go on from the furthest position in the shards and share "
+           "the documents the old ranks had buffered (dev/docs/data.md#ranks-and-epochs)\n", path.c_str(), ranks, ranks == 1 ? "" : "s", g_ranks.world);
+}
+
+static void loader_restore_resharded(SftLoader*, const SafetensorsFile&, int ranks, const std::string& path) {
+    fail("'%s' was written by %d ranks, this run has %d; an SFT run resumes only on its number of ranks: --ranks %d", path.c_str(), ranks,
+         g_ranks.world, ranks);
 }
 
 // Restores a checkpoint into a model and optimizer built from the same configuration (checked).
@@ -2288,9 +2455,6 @@ static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt,
                  kv.first.c_str(), have.c_str(), kv.first.c_str(), kv.second.c_str());
     }
     const int ranks = (int)metadata_int(f, "ranks", 1, MAX_RANKS);
-    if (ranks != g_ranks.world)
-        fail("'%s' was written by %d ranks, this run has %d; resume with --ranks %d (the ranks decide the data order)", path.c_str(), ranks,
-             g_ranks.world, ranks);
     if (metadata_int(f, "batch", 1, INT_MAX) != train->B)
         fail("'%s' was written with %s rows per micro-batch, this run has %d; resume with -b %s (the rows decide the data order)",
              path.c_str(), f.meta("batch").c_str(), train->B, f.meta("batch").c_str());
@@ -2299,15 +2463,11 @@ static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt,
         fail("'%s' was trained on other data (fingerprint %s; these shards give %s): resume on the same shards, or add "
              "--allow-other-data 1 if the change is intended", path.c_str(), f.meta("data").c_str(), data.c_str());
     gpt_load_weights(model, f);
-    const float* state = f.get_f32("optimizer.state", opt->state_floats);
-    if (first_non_finite(state, opt->state_floats) < opt->state_floats) fail("'%s': optimizer.state holds a non-finite value", path.c_str());
-    backend_upload(opt->state, state, opt->state_floats * sizeof(float));
+    optimizer_load_state(opt, model, f, path);
     loop->step = (int)metadata_int(f, "step", 0, INT_MAX);
     opt->step = (int)metadata_int(f, "optimizer_step", loop->step, INT_MAX);  // one update per step, after SFT's base run's
-    const std::string loader = loader_state_name(g_ranks.rank);
-    const SafeTensor* ls = f.find(loader);
-    if (!ls || ls->numel() % 2 != 0) fail("'%s' has no valid %s", path.c_str(), loader.c_str());
-    dataloader_restore(train, join_int64(f.get_i32(loader, ls->numel()), ls->numel() / 2), path.c_str());
+    if (ranks == g_ranks.world) dataloader_restore(train, checkpoint_loader_state(f, g_ranks.rank, path), path.c_str());
+    else loader_restore_resharded(train, f, ranks, path);
     loop->smooth_loss = metadata_double(f, "smooth_loss");
     loop->train_ms = metadata_double(f, "train_ms");
     loop->evals_done = metadata_int(f, "evals_done", 0, 1) == 1;
@@ -2446,6 +2606,10 @@ static const char* const USAGE =
         "Distributed\n"
         "  --ranks N              data parallel over N ranks: N GPUs (CUDA, with NCCL) or N processes (CPU);\n"
         "                         each rank trains on its share of every step's batch (default 1)\n"
+        "  --rendezvous FILE      ranks started by a launcher without MPI (RANK, WORLD_SIZE, LOCAL_RANK set)\n"
+        "                         meet in FILE, a path every rank can reach (CPU: on this machine)\n"
+        "  --shard-optimizer 0|1  with several ranks, split the optimizer's work and state over them as nanochat\n"
+        "                         does (ZeRO-2; default 1), or let every rank run all of it (0); the same result\n"
         "Debugging (CUDA backend; no effect on the CPU)\n"
         "  --xsa-fused 0|1        XSA inside attention's kernels (default 1) or as its own kernels\n"
         "  --cuda-graphs 0|1      replay each training micro-step as a CUDA graph (default 1)\n"
@@ -2499,6 +2663,8 @@ struct Args {
     bool xsa_fused = true;
     bool cuda_graphs = true;
     int ranks = 1;
+    std::string rendezvous;
+    bool shard_optimizer = true;
     int core_every = 2000;
     int core_max_per_task = 500;
     std::string core_dir = "dev/data/core_tasks";
@@ -2532,6 +2698,9 @@ static void default_data(Args* args, bool core_given) {
                "--out %s/core --max-per-task %d)\n", dir.c_str(), dir.c_str(), dir.c_str(), args->core_max_per_task);
     }
 }
+
+// The ranks that share the optimizer's work: all of them, unless --shard-optimizer 0.
+static int optimizer_shards(const Args& a) { return a.shard_optimizer ? g_ranks.world : 1; }
 
 static Args parse_args(int argc, char** argv) {
     Args args;
@@ -2585,6 +2754,8 @@ static Args parse_args(int argc, char** argv) {
         else if (flag == "--xsa-fused") args.xsa_fused = parse_bool(f, value);
         else if (flag == "--cuda-graphs") args.cuda_graphs = parse_bool(f, value);
         else if (flag == "--ranks") args.ranks = parse_int32(f, value);
+        else if (flag == "--rendezvous") args.rendezvous = value;
+        else if (flag == "--shard-optimizer") args.shard_optimizer = parse_bool(f, value);
         else if (flag == "--optimizer") o.optimizer = value;
         else if (flag == "--muon-eq") o.muon_eq = parse_bool(f, value);
         else if (flag == "--muon-plus") o.muon_plus = parse_bool(f, value);
@@ -2730,7 +2901,7 @@ static Args parse_args(int argc, char** argv) {
 
 // The model summary, from the configuration alone (nothing is allocated yet, so -n 0 can show the size
 // of any model on any machine).
-static void print_model(const GPTConfig& c, int B, double available) {
+static void print_model(const GPTConfig& c, int B, double available, int optimizer_shards) {
     ParamCounts pc = count_params(c);
     printf("model: depth %d, dim %d, heads %d (kv %d) x %d, vocab %d (padded %d), T %d\n", c.n_layer, c.n_embd, c.n_head,
            c.n_kv_head, c.head_dim, c.vocab_size, c.padded_vocab, c.seq_len);
@@ -2742,12 +2913,16 @@ static void print_model(const GPTConfig& c, int B, double available) {
     printf("parameters: wte %zu | value_embeds %zu | lm_head %zu | transformer matrices %zu | scalars %zu | total %zu\n",
            pc.wte, pc.value_embeds, pc.lm_head, pc.transformer_matrices, pc.scalars, pc.total);
     printf("scaling parameters (matrices + lm_head): %zu | FLOPs/token (6N + attention): %.4e\n", pc.scaling, flops_per_token(c));
-    const MemoryPlan m = memory_plan(c, B);
+    const MemoryPlan m = memory_plan(c, B, optimizer_shards);
     const double MiB = 1 << 20;
-    printf("memory plan: parameters %.1f MiB, gradients %.1f MiB, bf16 copy %.1f MiB, optimizer state %.1f MiB (Muon), "
-           "activations for B=%d %.1f MiB; total %.1f MiB (%s: %.1f MiB)\n", m.params / MiB, m.grads / MiB, m.matmul_copy / MiB,
-           m.optimizer / MiB, B, m.acts / MiB, m.total() / MiB, sizeof(floatX) == sizeof(float) ? "available on this machine" : "free on the GPU",
-           available / MiB);
+    char sharded[96] = "";
+    if (optimizer_shards > 1)
+        snprintf(sharded, sizeof sharded, ", sharded over %d ranks: the largest share of %.1f MiB", optimizer_shards,
+                 memory_plan(c, B, 1).optimizer / MiB);
+    printf("memory plan%s: parameters %.1f MiB, gradients %.1f MiB, bf16 copy %.1f MiB, optimizer state %.1f MiB (Muon%s), "
+           "activations for B=%d %.1f MiB; total %.1f MiB (%s: %.1f MiB)\n", g_ranks.world > 1 ? " per rank" : "", m.params / MiB,
+           m.grads / MiB, m.matmul_copy / MiB, m.optimizer / MiB, sharded, B, m.acts / MiB, m.total() / MiB,
+           sizeof(floatX) == sizeof(float) ? "available on this machine" : "free on the GPU", available / MiB);
 }
 
 static void print_plan(const TrainingPlan& plan, int accum) {
@@ -2854,6 +3029,7 @@ struct Run {
     MetricsLog metrics;       // DIR/metrics.jsonl on rank 0
     double flops_per_step = 0.0, peak_flops = 0.0;
     std::vector<double> step_ms;  // every timed step (not the first of a process: it pays for page faults)
+    std::vector<double> optimizer_ms;  // the optimizer's part of each (StepResult::optimizer_ms)
     double start_ms = 0.0;        // when this process started training (the elapsed time in the step lines)
 };
 
@@ -2879,7 +3055,7 @@ static void run_setup_batch(Run* run) {
     const int world = g_ranks.world;
     run->T = c.seq_len;
     const double available = backend_memory_available();
-    run->B = a.batch > 0 ? a.batch : default_batch(c, run->plan.total_batch / world, available);
+    run->B = a.batch > 0 ? a.batch : default_batch(c, run->plan.total_batch / world, available, optimizer_shards(a));
     if (a.batch < 0) printf("batch: %d rows per micro-batch (the default for this model and device; -b to set)\n", run->B);
     if (world > 1 && a.batch < 0)  // each rank sized it from its own GPU's memory
         for (const std::vector<int64_t>& b : ranks_gather({run->B}))
@@ -2892,8 +3068,8 @@ static void run_setup_batch(Run* run) {
     if (accum > 1000000) fail("the total batch of %ld tokens would take %ld micro-batches per step (at most 1000000); set -B", run->plan.total_batch, accum);
     run->accum = (int)accum;
     run->num_steps = run->plan.num_iterations;
-    print_model(c, run->B, available);
-    const std::string memory = memory_problem(c, run->B, run->plan.total_batch, available);
+    print_model(c, run->B, available, optimizer_shards(a));
+    const std::string memory = memory_problem(c, run->B, run->plan.total_batch, available, optimizer_shards(a));
     if (!memory.empty() && a.steps == 0) printf("warning: %s\n", memory.c_str());  // -n 0 shows the plan whatever it needs
     else if (!memory.empty()) fail("%s", memory.c_str());
 }
@@ -2973,7 +3149,7 @@ static void run_setup_model(Run* run) {
     gpt_init_weights(&run->model, a.seed);
     run->model.tokenizer_path = a.tokenizer_path;
     run->model.tokenizer_fingerprint = tokenizer_fingerprint(&run->tok);
-    optimizer_init(&run->opt, &run->model, run->plan.optim);
+    optimizer_init(&run->opt, &run->model, run->plan.optim, optimizer_shards(a));
     run->out_dir = !a.output_dir.empty() ? a.output_dir : a.resume_dir;
     if (!a.resume_dir.empty()) {
         if (!a.init_from.empty()) fail("--resume and --init-from exclude each other");
@@ -3097,7 +3273,7 @@ static void run_setup_sft(Run* run) {
     gpt_build(&run->model, c);
     run->model.tokenizer_path = a.tokenizer_path;
     run->model.tokenizer_fingerprint = tokenizer_fingerprint(&tok);
-    optimizer_init(&run->opt, &run->model, o);
+    optimizer_init(&run->opt, &run->model, o, optimizer_shards(a));
     run->out_dir = !a.output_dir.empty() ? a.output_dir : a.resume_dir;
     const std::string& source = run->sft_source;
     if (!a.resume_dir.empty()) {
@@ -3113,9 +3289,7 @@ static void run_setup_sft(Run* run) {
             printf("warning: %s holds no optimizer state (exported weights): the optimizer starts fresh (nanochat finds SFT slightly worse "
                    "so; --init-from a checkpoint warm-starts it)\n", source.c_str());
         } else {
-            const float* state = file.get_f32("optimizer.state", run->opt.state_floats);
-            if (first_non_finite(state, run->opt.state_floats) < run->opt.state_floats) fail("'%s': optimizer.state holds a non-finite value", source.c_str());
-            backend_upload(run->opt.state, state, run->opt.state_floats * sizeof(float));
+            optimizer_load_state(&run->opt, &run->model, file, source);
             run->opt.step = (int)metadata_int(file, "optimizer_step", 0, INT_MAX);  // AdamW's bias correction goes on from there
             printf("weights and optimizer state (momenta and second moments, %d updates) loaded from %s\n", run->opt.step, source.c_str());
         }
@@ -3258,6 +3432,7 @@ static void run_train_step(Run* run, int step, bool first) {
     if (!first) {
         loop.train_ms += dt;
         run->step_ms.push_back(dt);
+        run->optimizer_ms.push_back(result.optimizer_ms);
     }
     const int n = run->num_steps;
     const double tok_per_s = (double)run->plan.total_batch / (dt / 1000.0);
@@ -3274,7 +3449,8 @@ static void run_train_step(Run* run, int step, bool first) {
     if (first && backend_memory_in_use() > 0)
         printf("device memory in use after the first step: %.2f GiB (measured)\n", backend_memory_in_use() / 1073741824.0);
     metrics_write(&run->metrics, JsonLine().num("step", (long long)step).str("kind", "train").num("loss", loss, "%.8f").num("grad_norm", result.grad_norm, "%.6g").num("lr_mult", lrm, "%.8f")
-                                     .num("dt_ms", dt, "%.3f").num("tok_per_s", tok_per_s, "%.1f").num("mfu", mfu, "%.6f"));
+                                     .num("dt_ms", dt, "%.3f").num("optimizer_ms", result.optimizer_ms, "%.3f").num("tok_per_s", tok_per_s, "%.1f")
+                                     .num("mfu", mfu, "%.6f"));
 }
 
 // A checkpoint at the current step (every rank takes part; rank 0 writes it), with the metrics on disk.
@@ -3303,7 +3479,8 @@ static void run_checkpoint(Run* run) {
             if (w.rfind("--output=", 0) == 0 || w.rfind("--resume=", 0) == 0) continue;
             resume += " " + (w.find_first_of(" '\"$*?") == std::string::npos ? w : "'" + w + "'");
         }
-        saved = "resume with: " + resume + " --resume " + run->out_dir;
+        saved = std::string("resume with: ") + (g_ranks.launched ? "(every rank, started as this one was) " : "") + resume + " --resume " +
+                run->out_dir;
     }
     metrics_close(&run->metrics);
     if (g_ranks.rank == 0) printf("stopped by %s after step %d/%d; %s\n", sig == SIGINT ? "SIGINT" : "SIGTERM", run->loop.step, run->num_steps, saved.c_str());
@@ -3313,11 +3490,15 @@ static void run_checkpoint(Run* run) {
 // The end of a run: throughput, the exported weights, files closed, memory freed.
 static void run_finish(Run* run) {
     if (!run->step_ms.empty()) {
-        std::vector<double> ms = run->step_ms;
-        std::sort(ms.begin(), ms.end());
-        const double median = ms[ms.size() / 2];
-        printf("training: %.0f tok/s (median over %zu steps, %.1f ms per step); training time %.1f s\n",
-               run->plan.total_batch / (median / 1000.0), ms.size(), median, run->loop.train_ms / 1000.0);
+        auto median = [](std::vector<double> ms) {
+            std::sort(ms.begin(), ms.end());
+            return ms[ms.size() / 2];
+        };
+        const double step_ms = median(run->step_ms);
+        printf("training: %.0f tok/s (median over %zu steps, %.1f ms per step, of which the optimizer %.1f ms: gradient sums, update%s); "
+               "training time %.1f s\n", run->plan.total_batch / (step_ms / 1000.0), run->step_ms.size(), step_ms, median(run->optimizer_ms),
+               run->opt.shards > 1 ? (", gathering; sharded over " + std::to_string(run->opt.shards) + " ranks").c_str() : "",
+               run->loop.train_ms / 1000.0);
     }
     if (!run->args.export_path.empty() && g_ranks.rank == 0) {
         gpt_save_weights(&run->model, run->args.export_path);
@@ -3340,7 +3521,7 @@ int main(int argc, char** argv) {
     const Args& a = run.args;
     check_outputs(a);
     install_stop_handlers();  // inherited by the ranks; their supervisor passes the signals on to them
-    ranks_launch(a.ranks);    // forks the ranks, if several: from here on this is one of them
+    ranks_launch(a.ranks, a.rendezvous);  // forks or joins the ranks, if several: from here on this is one of them
     backend_init();
     g_backend.xsa_fused = a.xsa_fused;
     g_backend.graphs = a.cuda_graphs;

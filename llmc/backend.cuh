@@ -69,6 +69,45 @@ struct Backend {
 };
 static Backend g_backend;
 
+// The time of one span of the stream's work (the optimizer's part of a step): CUDA events around it, or
+// the wall clock on the CPU, whose ops are synchronous. Mark 0 starts it, mark 1 ends it.
+struct StreamSpan {
+#ifdef __CUDACC__
+    cudaEvent_t marks[2] = {nullptr, nullptr};
+#else
+    double marks[2] = {0.0, 0.0};
+#endif
+};
+
+static inline void stream_span_mark(StreamSpan* s, int which) {
+#ifdef __CUDACC__
+    if (s->marks[which] == nullptr) cudaCheck(cudaEventCreate(&s->marks[which]));
+    cudaCheck(cudaEventRecord(s->marks[which], g_backend.stream));
+#else
+    s->marks[which] = wall_ms();
+#endif
+}
+
+// The span's milliseconds, once its end is reached (waits for it).
+static inline double stream_span_ms(StreamSpan* s) {
+#ifdef __CUDACC__
+    float ms = 0.0f;
+    cudaCheck(cudaEventSynchronize(s->marks[1]));
+    cudaCheck(cudaEventElapsedTime(&ms, s->marks[0], s->marks[1]));
+    return ms;
+#else
+    return s->marks[1] - s->marks[0];
+#endif
+}
+
+static inline void stream_span_free(StreamSpan* s) {
+#ifdef __CUDACC__
+    for (cudaEvent_t& e : s->marks)
+        if (e != nullptr) cudaCheck(cudaEventDestroy(e));
+#endif
+    *s = StreamSpan();
+}
+
 static inline void backend_phase(const char* name) {
     PhaseTimer& p = g_backend.phases;
     if (!p.on) return;

@@ -691,8 +691,8 @@ class TestCheckpoints(Case):
         self.resume_case(self.edit(drop_meta=["ranks"]), ["ranks"])
 
     def test_ranks_other(self):
-        """checkpoint: metadata ranks = "2" (this run has 1) -> one error naming the checkpoint and --ranks"""
-        self.resume_case(self.edit(meta={"ranks": "2"}), ["ranks"])
+        """checkpoint: metadata ranks = "2" but one rank's loader state -> one error naming the checkpoint and the missing state"""
+        self.resume_case(self.edit(meta={"ranks": "2"}), ["has no valid dataloader.state.rank1"])
 
     # FAILS at f7b1cb3 (train_gpt.cu load_checkpoint): std::stod throws std::invalid_argument: abort (exit 134)
     def test_smooth_loss_not_numeric(self):

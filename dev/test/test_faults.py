@@ -18,7 +18,7 @@ import xsatest  # noqa: E402
 
 TINY = ("-d 1 --dim 32 --heads 2 -t 32 -b 2 -B 128 --warmup-steps 2 --eval-every 5 --eval-tokens 256 "
         "--sample-every -1 --core-every -1").split()
-TIMING = ("dt_ms", "tok_per_s", "mfu")  # what differs between two runs of the same steps
+TIMING = ("dt_ms", "optimizer_ms", "tok_per_s", "mfu")  # what differs between two runs of the same steps
 
 
 def metrics_lines(path):

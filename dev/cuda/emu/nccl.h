@@ -70,20 +70,54 @@ static inline ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUn
     return ncclSuccess;
 }
 
+// recv = the sum of the ranks' send, on every rank (root -1) or on root only; in rank order
 template <typename T>
-static inline void emu_nccl_sum(T* recv, const T* send, size_t count, ncclComm_t c) {
+static inline void emu_nccl_sum(T* recv, const T* send, size_t count, ncclComm_t c, int root = -1) {
     const size_t per_round = EMU_NCCL_CHUNK / sizeof(T);
     for (size_t base = 0; base < count; base += per_round) {
         const size_t len = count - base < per_round ? count - base : per_round;
         memcpy(c->slots + (size_t)c->rank * EMU_NCCL_CHUNK, send + base, len * sizeof(T));
         emu_nccl_barrier(c);
-        for (size_t i = 0; i < len; i++) {
+        for (size_t i = 0; i < len && (root < 0 || root == c->rank); i++) {
             T sum = ((const T*)c->slots)[i];
             for (int r = 1; r < c->nranks; r++) sum += ((const T*)(c->slots + (size_t)r * EMU_NCCL_CHUNK))[i];
             recv[base + i] = sum;
         }
         emu_nccl_barrier(c);
     }
+}
+
+// recv = root's send, on every rank
+static inline void emu_nccl_broadcast(unsigned char* recv, const unsigned char* send, size_t bytes, int root, ncclComm_t c) {
+    for (size_t base = 0; base < bytes; base += EMU_NCCL_CHUNK) {
+        const size_t len = bytes - base < EMU_NCCL_CHUNK ? bytes - base : EMU_NCCL_CHUNK;
+        if (c->rank == root) memcpy(c->slots, send + base, len);
+        emu_nccl_barrier(c);
+        if (c->rank != root) memcpy(recv + base, c->slots, len);
+        emu_nccl_barrier(c);
+    }
+}
+
+// Groups only batch launches in NCCL; here every call already runs in issue order on its stream.
+static inline ncclResult_t ncclGroupStart() { return ncclSuccess; }
+static inline ncclResult_t ncclGroupEnd() { return ncclSuccess; }
+
+static inline ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op, int root, ncclComm_t comm,
+                                      cudaStream_t stream) {
+    if (op != ncclSum || (type != ncclFloat && type != ncclDouble) || root < 0 || root >= comm->nranks) return ncclInvalidArgument;
+    emu_enqueue(stream, [=] {
+        if (type == ncclFloat) emu_nccl_sum((float*)recv, (const float*)send, count, comm, root);
+        else emu_nccl_sum((double*)recv, (const double*)send, count, comm, root);
+    });
+    return ncclSuccess;
+}
+
+static inline ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type, int root, ncclComm_t comm,
+                                         cudaStream_t stream) {
+    if ((type != ncclFloat && type != ncclDouble) || root < 0 || root >= comm->nranks) return ncclInvalidArgument;
+    const size_t bytes = count * (type == ncclFloat ? sizeof(float) : sizeof(double));
+    emu_enqueue(stream, [=] { emu_nccl_broadcast((unsigned char*)recv, (const unsigned char*)send, bytes, root, comm); });
+    return ncclSuccess;
 }
 
 static inline ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,

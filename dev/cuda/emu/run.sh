@@ -102,24 +102,36 @@ sys.exit(0 if ok else 1)
 PY
 }
 
-# --ranks 2 on the emulated CUDA backend (two forked processes, the emulator's NCCL: nccl.h here) against
-# --ranks 2 on the CPU backend: the same batches on each rank, so losses and val bpb agree to bf16 precision
+# --ranks 2 on the emulated CUDA backend (two forked processes, the emulator's NCCL: nccl.h here; the sharded
+# optimizer, the default) against --ranks 2 on the CPU backend: the same batches on each rank, so losses and
+# val bpb agree to bf16 precision; and the multi-node path with the replicated optimizer: two "nodes" of one
+# rank each (a launcher's RANK, WORLD_SIZE, LOCAL_RANK = 0, LOCAL_WORLD_SIZE = 1; NCCL's id through the
+# rendezvous file; --shard-optimizer 0) equal to the forked sharded ranks bit for bit (the emulator's NCCL
+# sums in rank order, so the reduce of the sharded optimizer gives the all-reduce's bits)
 train_ranks() {
     build train_gpt_nccl train_gpt.cu -DXSA_NCCL $target_flags || return 1
     (cd "$work/src" && g++ -O3 -march=native -std=c++17 -fopenmp -x c++ train_gpt.cu -o "$work/bin/train_gpt_cpu") || return 1
     # no -b: each rank picks the default rows (4 on both backends here), and the ranks check that they agree
-    local flags="-d 2 --dim 128 --heads 2 -t 128 -B 1024 -n 2 --eval-every 2 --eval-tokens 1024 --sample-every -1 --core-every -1 -x 1 --ranks 2"
-    (cd "$work/src" && "$work/bin/train_gpt_cpu" $flags -o "$work/ranks_cpu") || return 1
-    (cd "$work/src" && "$work/bin/train_gpt_nccl" $flags -o "$work/ranks_cuda") || return 1
+    local flags="-d 2 --dim 128 --heads 2 -t 128 -B 1024 -n 2 --eval-every 2 --eval-tokens 1024 --sample-every -1 --core-every -1 -x 1"
+    (cd "$work/src" && "$work/bin/train_gpt_cpu" $flags --ranks 2 -o "$work/ranks_cpu") || return 1
+    (cd "$work/src" && "$work/bin/train_gpt_nccl" $flags --ranks 2 -o "$work/ranks_cuda") || return 1
+    local node r pids=()
+    for r in 1 0; do  # rank 1 first: it waits for rank 0's rendezvous file
+        (cd "$work/src" && RANK=$r WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 EMU_DEVICES=1 \
+            "$work/bin/train_gpt_nccl" $flags --shard-optimizer 0 --rendezvous "$work/rendezvous" -o "$work/ranks_nodes" > "$work/logs/node_$r.log" 2>&1) &
+        pids+=($!)
+    done
+    for node in "${pids[@]}"; do wait "$node" || { cat "$work/logs/node_"*.log; return 1; }; done
     python3 - "$work" <<'PY'
 import json, sys
-runs = {r: [json.loads(l) for l in open('%s/ranks_%s/metrics.jsonl' % (sys.argv[1], r))] for r in ('cpu', 'cuda')}
+runs = {r: [json.loads(l) for l in open('%s/ranks_%s/metrics.jsonl' % (sys.argv[1], r))] for r in ('cpu', 'cuda', 'nodes')}
 ok = all(m['ranks'] == 2 for r in runs.values() for m in r if m['kind'] == 'run')
 for kind, key in (('train', 'loss'), ('eval', 'val_bpb')):
-    cpu, cuda = ([m[key] for m in runs[r] if m['kind'] == kind] for r in ('cpu', 'cuda'))
+    cpu, cuda, nodes = ([m[key] for m in runs[r] if m['kind'] == kind] for r in ('cpu', 'cuda', 'nodes'))
     rel = max(abs(a - b) / abs(b) for a, b in zip(cuda, cpu)) if cuda and len(cuda) == len(cpu) else float('inf')
-    ok = ok and rel <= 1e-3
-    print('%s %s: emulated CUDA, 2 ranks %s; CPU, 2 ranks %s: rel diff %.1e (<= 1e-3)' % (kind, key, cuda, cpu, rel))
+    ok = ok and rel <= 1e-3 and nodes == cuda
+    print('%s %s: emulated CUDA, 2 ranks %s; CPU, 2 ranks %s: rel diff %.1e (<= 1e-3); 2 nodes of 1 rank, replicated optimizer %s (%s)'
+          % (kind, key, cuda, cpu, rel, nodes, 'identical' if nodes == cuda else 'DIFFERENT'))
 print('%d passed, %d failed' % (int(ok), int(not ok)))
 sys.exit(0 if ok else 1)
 PY
