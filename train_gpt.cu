@@ -664,7 +664,32 @@ struct GPT {
                                      // [1] the squared norm of the gradient, [2] that of the updated parameters (train_step)
     BackendGraph micro_step_graph;   // the training micro-step (forward, loss, backward) as a CUDA graph
     std::string tokenizer_path, tokenizer_fingerprint;  // the tokenizer of its ids, if known (model_metadata)
+#ifdef __CUDACC__
+    // the overlapped gradient reduction: while `marking`, the backward records grad_marks[i] on the stream
+    // once gradient bucket i is final (gradient_bucket)
+    std::vector<cudaEvent_t> grad_marks;
+    bool marking = false;
+#endif
 };
+
+// The buckets of the overlapped gradient reduction, in the order the backward finishes them: 0 lm_head and
+// backout_lambda (the backward's first gradients), 1 + (n_layer - 1 - l) layer l's matrices and value
+// embedding (done when its backward is), n_layer + 1 the rest (wte, the lambdas, smear: done at the end).
+static int gradient_bucket(const std::string& name, int n_layer) {
+    if (name == "lm_head.weight" || name == "backout_lambda") return 0;
+    for (const char* prefix : {"transformer.h.", "value_embeds."})
+        if (name.rfind(prefix, 0) == 0) return 1 + (n_layer - 1 - atoi(name.c_str() + strlen(prefix)));
+    return n_layer + 1;
+}
+
+// Says that gradient bucket `bucket` is final (the overlapped reduction may start on it): CUDA, while marking.
+static void gpt_mark_gradients(GPT* model, int bucket) {
+#ifdef __CUDACC__
+    if (model->marking) cudaCheck(cudaEventRecord(model->grad_marks[bucket], g_backend.stream));
+#else
+    (void)model, (void)bucket;
+#endif
+}
 
 static void gpt_build(GPT* model, const GPTConfig& config) {
     validate_config(config);
@@ -705,6 +730,7 @@ static void gpt_free(GPT* model) {
     backend_free(model->xsa_alpha);
     backend_graph_reset(&model->micro_step_graph);
 #ifdef __CUDACC__
+    for (cudaEvent_t e : model->grad_marks) cudaCheck(cudaEventDestroy(e));
     backend_free(model->params_mm);
     free(model->params_host);
     free(model->grads_host);
@@ -1032,6 +1058,7 @@ static void gpt_backward(GPT* model, float grad_scale) {
     dot_accumulate(g.backout_lambda, -1.0f, a.d_backout, a.layer[backout_layer].x_out, N * C);
     backend_copy(a.d_res, a.d_backout, N * C * sizeof(floatX));
     backend_zero(a.d_x0, N * C * sizeof(floatX));  // every layer's lambda mix adds to it
+    gpt_mark_gradients(model, gradient_bucket("lm_head.weight", c.n_layer));
 
     for (int l = c.n_layer - 1; l >= 0; l--) {
         const LayerWeights& lw = w.h[l];
@@ -1069,6 +1096,7 @@ static void gpt_backward(GPT* model, float grad_scale) {
         // x_mix = resid_lambda * x_in + x0_lambda * x0; afterwards d_res: dL/dx_in
         const floatX* x_in = l == 0 ? a.x0 : a.layer[l - 1].x_out;
         lambda_mix_backward(a.d_res, a.d_x0, &g.resid_lambdas[l], &g.x0_lambdas[l], x_in, a.x0, &w.resid_lambdas[l], &w.x0_lambdas[l], N * C);
+        gpt_mark_gradients(model, gradient_bucket("transformer.h." + std::to_string(l) + ".", c.n_layer));
     }
     add_inplace(a.d_x0, a.d_res, N * C);  // layer 0 reads x0 as its input too
 
@@ -1191,6 +1219,15 @@ struct Optimizer {
     float* state = nullptr;           // backend memory behind m, v and the stacks: this rank's share
     std::vector<RankRange> norm_spans; // the gradient this rank adds into the gradient norm (its own, and rank 0 the replicated)
     StreamSpan timer;                 // a step's gradient sums, update and gathering of the parameters
+    // the overlapped gradient reduction (CUDA, several ranks; optimizer_overlap_reduction): the gradient in the
+    // buckets of gradient_bucket, each reduced on a second stream once the last micro-step's backward has
+    // finished it, while the backward goes on
+    bool overlap = false;
+    std::vector<std::vector<RankRange>> buckets;  // what each bucket sums, and for which rank
+#ifdef __CUDACC__
+    cudaStream_t comm = nullptr;
+    cudaEvent_t backward_done = nullptr, reduced = nullptr;
+#endif
     std::vector<float> work;          // CPU Muon scratch, the size of the largest matrix
     int step = 0;                     // updates applied so far
 };
@@ -1251,12 +1288,40 @@ static void optimizer_init(Optimizer* opt, const GPT* model, const OptimConfig& 
     opt->step = 0;
 }
 
+// Turns on the overlapped gradient reduction (CUDA with several ranks; elsewhere nothing to overlap).
+static void optimizer_overlap_reduction(Optimizer* opt, GPT* model) {
+#ifdef __CUDACC__
+    if (g_ranks.world == 1) return;
+    const int L = model->config.n_layer;
+    opt->buckets.assign(L + 2, {});
+    for (const RankRange& r : opt->layout.owners) {
+        size_t i = 0;  // the tensor of the range
+        while (model->table[i].offset + model->table[i].numel <= r.begin) i++;
+        // sharded: each part to its rank; replicated: every part to every rank
+        opt->buckets[gradient_bucket(model->table[i].name, L)].push_back({r.begin, r.end, opt->shards > 1 ? r.owner : -1});
+    }
+    model->grad_marks.assign(L + 1, nullptr);
+    for (cudaEvent_t& e : model->grad_marks) cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&opt->backward_done, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&opt->reduced, cudaEventDisableTiming));
+    cudaCheck(cudaStreamCreateWithFlags(&opt->comm, cudaStreamNonBlocking));
+    opt->overlap = true;
+#else
+    (void)opt, (void)model;
+#endif
+}
+
 static void optimizer_free(Optimizer* opt) {
 #ifdef __CUDACC__
     for (MuonStack& st : opt->stacks) {
         backend_free(st.params);
         backend_free(st.grads);
         muon_scratch_free(&st.scratch);
+    }
+    if (opt->overlap) {
+        cudaCheck(cudaEventDestroy(opt->backward_done));
+        cudaCheck(cudaEventDestroy(opt->reduced));
+        cudaCheck(cudaStreamDestroy(opt->comm));
     }
 #endif
     backend_free(opt->state);
@@ -1265,8 +1330,22 @@ static void optimizer_free(Optimizer* opt) {
 }
 
 // The ranks' gradients summed where this rank needs them: all of them (one rank updates everything), or
-// the parts it updates (sharded: the other parts keep this rank's own gradient).
+// the parts it updates (sharded: the other parts keep this rank's own gradient). Overlapped (CUDA), the
+// backward of the last micro-step has just been enqueued with its marks: each bucket's reduction is
+// enqueued on the second stream behind its mark, and the main stream waits for the last.
 static void optimizer_reduce_gradients(const Optimizer* opt, GPT* model) {
+#ifdef __CUDACC__
+    if (opt->overlap) {
+        cudaCheck(cudaEventRecord(opt->backward_done, g_backend.stream));
+        for (size_t b = 0; b < opt->buckets.size(); b++) {
+            cudaCheck(cudaStreamWaitEvent(opt->comm, b < model->grad_marks.size() ? model->grad_marks[b] : opt->backward_done, 0));
+            ranks_exchange_floats_on(model->grads, opt->buckets[b], RANKS_REDUCE, opt->comm);
+        }
+        cudaCheck(cudaEventRecord(opt->reduced, opt->comm));
+        cudaCheck(cudaStreamWaitEvent(g_backend.stream, opt->reduced, 0));
+        return;
+    }
+#endif
     if (opt->shards == 1) ranks_sum_floats(model->grads, model->num_params);
     else ranks_exchange_floats(model->grads, opt->layout.owners, RANKS_REDUCE);
 }
@@ -1520,20 +1599,33 @@ static TrainingPlan plan_sft(const GPTConfig& model, const OptimConfig& base, co
 // loss's gradient into model->grads, and the loss added into model->step_sums[0] as grad_scale * mean (the
 // means over the targets not ignored).
 // Nothing waits for the device: on CUDA the host goes on to the next batch while this one runs, replayed
-// as one CUDA graph after its first run (backend_graph_run).
-static void gpt_train_micro_step(GPT* model, const int* idx, const int* targets, int B, int T, float grad_scale) {
+// as one CUDA graph after its first run (backend_graph_run). With mark_gradients (CUDA: the last micro-step
+// of a step whose gradient reduction overlaps the backward) it runs uncaptured, marking each gradient
+// bucket as the backward finishes it (gpt_mark_gradients).
+static void gpt_train_micro_step(GPT* model, const int* idx, const int* targets, int B, int T, float grad_scale, bool mark_gradients = false) {
     gpt_set_batch(model, idx, targets, B, T);
     const Acts& a = model->acts;
     const size_t N = (size_t)B * T;
+    auto work = [&] {
+        gpt_forward_pass(model, true);
+        gpt_backward(model, grad_scale);
+        loss_sum_accumulate(model->step_sums, a.loss_scale, a.losses, N);
+    };
+#ifdef __CUDACC__
+    if (mark_gradients) {  // not captured: the marks are events another stream waits on
+        model->marking = true;
+        work();
+        model->marking = false;
+        return;
+    }
+#else
+    (void)mark_gradients;
+#endif
     // the scalar arguments the launches bake in (buffer addresses are tracked by backend_graph_run itself)
     uint32_t scale_bits;
     memcpy(&scale_bits, &grad_scale, sizeof scale_bits);
     const std::vector<uintptr_t> key = {(uintptr_t)B, (uintptr_t)T, (uintptr_t)g_backend.xsa_fused, scale_bits};
-    backend_graph_run(&model->micro_step_graph, key, [&] {
-        gpt_forward_pass(model, true);
-        gpt_backward(model, grad_scale);
-        loss_sum_accumulate(model->step_sums, a.loss_scale, a.losses, N);
-    });
+    backend_graph_run(&model->micro_step_graph, key, work);
 }
 
 // A step's loss, gradient and updated parameters must be finite: a non-finite value would otherwise train
@@ -1591,7 +1683,7 @@ static StepResult train_step(GPT* model, Optimizer* opt, Loader* train, int accu
     const float grad_scale = 1.0f / (float)(accum * g_ranks.world);
     for (int micro = 0; micro < accum; micro++) {
         dataloader_next_batch(train);
-        gpt_train_micro_step(model, train->inputs.data(), train->targets.data(), train->B, train->T, grad_scale);
+        gpt_train_micro_step(model, train->inputs.data(), train->targets.data(), train->B, train->T, grad_scale, opt->overlap && micro == accum - 1);
     }
     stream_span_mark(&opt->timer, 0);
     optimizer_reduce_gradients(opt, model);
@@ -2610,6 +2702,8 @@ static const char* const USAGE =
         "                         meet in FILE, a path every rank can reach (CPU: on this machine)\n"
         "  --shard-optimizer 0|1  with several ranks, split the optimizer's work and state over them as nanochat\n"
         "                         does (ZeRO-2; default 1), or let every rank run all of it (0); the same result\n"
+        "  --overlap-reduce 0|1   CUDA with several ranks: sum each layer's gradient over the ranks while the\n"
+        "                         backward goes on (default 1), or after it (0); the same result\n"
         "Debugging (CUDA backend; no effect on the CPU)\n"
         "  --xsa-fused 0|1        XSA inside attention's kernels (default 1) or as its own kernels\n"
         "  --cuda-graphs 0|1      replay each training micro-step as a CUDA graph (default 1)\n"
@@ -2665,6 +2759,7 @@ struct Args {
     int ranks = 1;
     std::string rendezvous;
     bool shard_optimizer = true;
+    bool overlap_reduce = true;
     int core_every = 2000;
     int core_max_per_task = 500;
     std::string core_dir = "dev/data/core_tasks";
@@ -2756,6 +2851,7 @@ static Args parse_args(int argc, char** argv) {
         else if (flag == "--ranks") args.ranks = parse_int32(f, value);
         else if (flag == "--rendezvous") args.rendezvous = value;
         else if (flag == "--shard-optimizer") args.shard_optimizer = parse_bool(f, value);
+        else if (flag == "--overlap-reduce") args.overlap_reduce = parse_bool(f, value);
         else if (flag == "--optimizer") o.optimizer = value;
         else if (flag == "--muon-eq") o.muon_eq = parse_bool(f, value);
         else if (flag == "--muon-plus") o.muon_plus = parse_bool(f, value);
@@ -3150,6 +3246,7 @@ static void run_setup_model(Run* run) {
     run->model.tokenizer_path = a.tokenizer_path;
     run->model.tokenizer_fingerprint = tokenizer_fingerprint(&run->tok);
     optimizer_init(&run->opt, &run->model, run->plan.optim, optimizer_shards(a));
+    if (a.overlap_reduce) optimizer_overlap_reduction(&run->opt, &run->model);
     run->out_dir = !a.output_dir.empty() ? a.output_dir : a.resume_dir;
     if (!a.resume_dir.empty()) {
         if (!a.init_from.empty()) fail("--resume and --init-from exclude each other");
@@ -3274,6 +3371,7 @@ static void run_setup_sft(Run* run) {
     run->model.tokenizer_path = a.tokenizer_path;
     run->model.tokenizer_fingerprint = tokenizer_fingerprint(&tok);
     optimizer_init(&run->opt, &run->model, o, optimizer_shards(a));
+    if (a.overlap_reduce) optimizer_overlap_reduction(&run->opt, &run->model);
     run->out_dir = !a.output_dir.empty() ? a.output_dir : a.resume_dir;
     const std::string& source = run->sft_source;
     if (!a.resume_dir.empty()) {

@@ -554,23 +554,32 @@ static inline void ranks_exchange_host(T* x, const std::vector<RankRange>& range
 // x (floats of backend memory): over `ranges`, the sums their owners need (RANKS_REDUCE) or the owners'
 // values for every rank (RANKS_BROADCAST). The sharded optimizer's reduction of the gradients and its
 // gathering of the updated parameters.
-static inline void ranks_exchange_floats(float* x, const std::vector<RankRange>& ranges, RankExchange op) {
+#ifdef __CUDACC__
+// ranks_exchange_floats on a given stream (the overlapped gradient reduction runs on a second one).
+static inline void ranks_exchange_floats_on(float* x, const std::vector<RankRange>& ranges, RankExchange op, cudaStream_t stream) {
     if (g_ranks.world == 1) return;
-#if defined(__CUDACC__) && defined(XSA_NCCL)
+#ifdef XSA_NCCL
     ncclCheck(ncclGroupStart());  // one launch for all the ranges
     for (const RankRange& r : ranges) {
         const size_t n = r.end - r.begin;
         if (n == 0 || (op == RANKS_BROADCAST && r.owner < 0)) continue;
         float* p = x + r.begin;
-        if (op == RANKS_BROADCAST) ncclCheck(ncclBroadcast(p, p, n, ncclFloat, r.owner, g_ranks.comm, g_backend.stream));
-        else if (r.owner < 0) ncclCheck(ncclAllReduce(p, p, n, ncclFloat, ncclSum, g_ranks.comm, g_backend.stream));
-        else ncclCheck(ncclReduce(p, p, n, ncclFloat, ncclSum, r.owner, g_ranks.comm, g_backend.stream));
+        if (op == RANKS_BROADCAST) ncclCheck(ncclBroadcast(p, p, n, ncclFloat, r.owner, g_ranks.comm, stream));
+        else if (r.owner < 0) ncclCheck(ncclAllReduce(p, p, n, ncclFloat, ncclSum, g_ranks.comm, stream));
+        else ncclCheck(ncclReduce(p, p, n, ncclFloat, ncclSum, r.owner, g_ranks.comm, stream));
     }
     ncclCheck(ncclGroupEnd());
-#elif defined(__CUDACC__)
-    (void)x, (void)ranges, (void)op;  // not reached: without NCCL, ranks_launch refuses several ranks
 #else
-    ranks_exchange_host(x, ranges, op, g_ranks.float_slots);
+    (void)x, (void)ranges, (void)op, (void)stream;  // not reached: without NCCL, ranks_launch refuses several ranks
+#endif
+}
+#endif
+
+static inline void ranks_exchange_floats(float* x, const std::vector<RankRange>& ranges, RankExchange op) {
+#ifdef __CUDACC__
+    ranks_exchange_floats_on(x, ranges, op, g_backend.stream);
+#else
+    if (g_ranks.world > 1) ranks_exchange_host(x, ranges, op, g_ranks.float_slots);
 #endif
 }
 

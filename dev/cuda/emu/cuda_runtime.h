@@ -306,6 +306,11 @@ static inline cudaError_t cudaMemset(void* p, int v, size_t n) {
 }
 static std::set<cudaStream_t> emu_streams;
 static inline cudaError_t cudaStreamCreate(cudaStream_t* s) { emu_no_capture("cudaStreamCreate"); *s = new EmuStream(); emu_streams.insert(*s); return 0; }
+static const unsigned cudaStreamNonBlocking = 1;
+static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
+    if (flags & ~cudaStreamNonBlocking) emu_die("cudaStreamCreateWithFlags: flag not emulated");
+    return cudaStreamCreate(s);
+}
 static inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
     if (!emu_streams.count(s)) emu_die("cudaStreamDestroy of an unknown stream");
     if (s->capturing) emu_die("cudaStreamDestroy of a capturing stream");
@@ -338,6 +343,15 @@ static inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return 0; 
 static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
     e->recorded = true; e->done = false;
     emu_enqueue(s, [=] { e->t = std::chrono::steady_clock::now(); e->done = true; });
+    return 0;
+}
+// Every stream's work runs in one queue in issue order, so a wait is met by then if the event was recorded
+// before: what is checked is that it was (waiting on an event never recorded is a no-op on a GPU, and so
+// most likely a missing record).
+static inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
+    if (flags != 0) emu_die("cudaStreamWaitEvent: flags not emulated");
+    if (!e->recorded) emu_die("cudaStreamWaitEvent on an event never recorded");
+    emu_enqueue(s, [=] { if (!e->done) emu_die("cudaStreamWaitEvent: the event's work has not run"); });
     return 0;
 }
 static inline cudaError_t cudaEventSynchronize(cudaEvent_t e) { emu_no_capture("cudaEventSynchronize"); if (e->recorded) emu_flush(); return 0; }

@@ -103,11 +103,12 @@ PY
 }
 
 # --ranks 2 on the emulated CUDA backend (two forked processes, the emulator's NCCL: nccl.h here; the sharded
-# optimizer, the default) against --ranks 2 on the CPU backend: the same batches on each rank, so losses and
-# val bpb agree to bf16 precision; and the multi-node path with the replicated optimizer: two "nodes" of one
-# rank each (a launcher's RANK, WORLD_SIZE, LOCAL_RANK = 0, LOCAL_WORLD_SIZE = 1; NCCL's id through the
-# rendezvous file; --shard-optimizer 0) equal to the forked sharded ranks bit for bit (the emulator's NCCL
-# sums in rank order, so the reduce of the sharded optimizer gives the all-reduce's bits)
+# optimizer and the gradient reduction overlapping the backward, the defaults) against --ranks 2 on the CPU
+# backend: the same batches on each rank, so losses and val bpb agree to bf16 precision; and the multi-node
+# path with neither: two "nodes" of one rank each (a launcher's RANK, WORLD_SIZE, LOCAL_RANK = 0,
+# LOCAL_WORLD_SIZE = 1; NCCL's id through the rendezvous file; --shard-optimizer 0 --overlap-reduce 0) equal
+# to the forked ranks bit for bit (the emulator's NCCL sums in rank order, so the sharded optimizer's
+# reduces give the all-reduce's bits, and the buckets the whole buffer's)
 train_ranks() {
     build train_gpt_nccl train_gpt.cu -DXSA_NCCL $target_flags || return 1
     (cd "$work/src" && g++ -O3 -march=native -std=c++17 -fopenmp -x c++ train_gpt.cu -o "$work/bin/train_gpt_cpu") || return 1
@@ -118,7 +119,7 @@ train_ranks() {
     local node r pids=()
     for r in 1 0; do  # rank 1 first: it waits for rank 0's rendezvous file
         (cd "$work/src" && RANK=$r WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 EMU_DEVICES=1 \
-            "$work/bin/train_gpt_nccl" $flags --shard-optimizer 0 --rendezvous "$work/rendezvous" -o "$work/ranks_nodes" > "$work/logs/node_$r.log" 2>&1) &
+            "$work/bin/train_gpt_nccl" $flags --shard-optimizer 0 --overlap-reduce 0 --rendezvous "$work/rendezvous" -o "$work/ranks_nodes" > "$work/logs/node_$r.log" 2>&1) &
         pids+=($!)
     done
     for node in "${pids[@]}"; do wait "$node" || { cat "$work/logs/node_"*.log; return 1; }; done
@@ -130,7 +131,7 @@ for kind, key in (('train', 'loss'), ('eval', 'val_bpb')):
     cpu, cuda, nodes = ([m[key] for m in runs[r] if m['kind'] == kind] for r in ('cpu', 'cuda', 'nodes'))
     rel = max(abs(a - b) / abs(b) for a, b in zip(cuda, cpu)) if cuda and len(cuda) == len(cpu) else float('inf')
     ok = ok and rel <= 1e-3 and nodes == cuda
-    print('%s %s: emulated CUDA, 2 ranks %s; CPU, 2 ranks %s: rel diff %.1e (<= 1e-3); 2 nodes of 1 rank, replicated optimizer %s (%s)'
+    print('%s %s: emulated CUDA, 2 ranks %s; CPU, 2 ranks %s: rel diff %.1e (<= 1e-3); 2 nodes of 1 rank, replicated, not overlapped %s (%s)'
           % (kind, key, cuda, cpu, rel, nodes, 'identical' if nodes == cuda else 'DIFFERENT'))
 print('%d passed, %d failed' % (int(ok), int(not ok)))
 sys.exit(0 if ok else 1)
