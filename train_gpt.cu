@@ -3507,7 +3507,7 @@ static void run_chatcore(Run* run, int step) {
     for (const ChatTaskResult& t : r.tasks) accuracy.num(t.label.c_str(), t.accuracy, "%.8f");
     JsonLine line;
     line.num("step", (long long)step).str("kind", "chatcore");
-    if (std::isfinite(r.chatcore)) line.num("chatcore", r.chatcore, "%.8f");
+    if (std::isfinite(r.chatcore)) line.num("chatcore", r.chatcore, "%.8f").num("chatcore_tasks", (long long)r.chatcore_tasks);
     if (std::isfinite(r.chatcore_cat)) line.num("chatcore_cat", r.chatcore_cat, "%.8f");
     metrics_write(&run->metrics, line.raw("accuracy", accuracy.text()));
     char name[64];

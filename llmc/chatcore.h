@@ -30,6 +30,7 @@ static const int CHATCORE_VERSION = 1;
 enum ChatKind { CHAT_CATEGORICAL = 0, CHAT_GENERATIVE = 1 };
 enum ChatChecker { CHECK_LETTER = 0, CHECK_GSM8K = 1, CHECK_HUMANEVAL = 2 };
 static const char* const CHAT_TASKS[5] = {"ARC-Easy", "ARC-Challenge", "MMLU", "GSM8K", "HumanEval"};  // ChatCORE's, nanochat HEAD
+static const char* const CHAT_TASK_BEFORE_JULY = "SpellingBee";  // ChatCORE's sixth before nanochat 950a1dc (July 2026): the study's
 
 struct ChatItem {
     std::vector<int> prompt;
@@ -124,7 +125,13 @@ static inline std::vector<ChatTask> chat_tasks_load(const std::string& dir, int 
     char line[4096];
     while (fgets(line, sizeof line, f)) {
         const std::string name = std::string(line).substr(0, strcspn(line, " \t\r\n"));
-        if (!name.empty()) tasks.push_back(chat_task_load(dir + "/" + name, vocab_size, bos_id));
+        if (name.empty()) continue;
+        tasks.push_back(chat_task_load(dir + "/" + name, vocab_size, bos_id));
+        for (size_t i = 0; i + 1 < tasks.size(); i++)
+            if (tasks[i].label == tasks.back().label) {
+                fclose(f);
+                fail("'%s' lists two files of task %s", index.c_str(), tasks.back().label.c_str());
+            }
     }
     fclose(f);
     if (tasks.empty()) fail("'%s' lists no task files", index.c_str());
@@ -291,7 +298,8 @@ static inline bool chat_check(const ChatTask& task, const ChatItem& item, const 
 
 // ----------------------------------------------------------------------------------------------------
 // Aggregation: centered accuracy (acc - baseline) / (1 - baseline); ChatCORE = their mean over the five
-// tasks, reported only when all five ran; ChatCORE_cat = the same over the categorical ones.
+// tasks, reported only when all five ran, and over six when SpellingBee ran too (ChatCORE as nanochat
+// computed it before July 2026, the study's); ChatCORE_cat = the same over the categorical ones.
 
 struct ChatTaskResult {
     std::string label;
@@ -306,11 +314,12 @@ struct ChatTaskResult {
 struct ChatResult {
     std::vector<ChatTaskResult> tasks;
     double chatcore = NAN, chatcore_cat = NAN;  // NAN: not every task ran
+    int chatcore_tasks = 0;                      // the tasks in chatcore: 5, or 6 with SpellingBee
 };
 
 static inline void chat_finish(ChatResult* r) {
-    int all = 0, cat = 0, cat_seen = 0;
-    double sum = 0.0, sum_cat = 0.0;
+    int all = 0, cat = 0, cat_seen = 0, spelling_bee = 0;
+    double sum = 0.0, sum_cat = 0.0, sum_spelling_bee = 0.0;
     for (ChatTaskResult& t : r->tasks) {
         long n = 0;
         for (int c : t.correct) n += c;
@@ -318,10 +327,12 @@ static inline void chat_finish(ChatResult* r) {
         t.centered = (t.accuracy - t.baseline) / (1.0 - t.baseline);
         for (const char* name : CHAT_TASKS)
             if (t.label == name) all++, sum += t.centered;
+        if (t.label == CHAT_TASK_BEFORE_JULY) spelling_bee++, sum_spelling_bee += t.centered;
         if (t.kind == CHAT_CATEGORICAL) cat_seen++, sum_cat += t.centered;
         if (t.kind == CHAT_CATEGORICAL && (t.label == "ARC-Easy" || t.label == "ARC-Challenge" || t.label == "MMLU")) cat++;
     }
-    r->chatcore = all == 5 ? sum / 5.0 : NAN;
+    r->chatcore_tasks = all == 5 ? 5 + spelling_bee : 0;
+    r->chatcore = all == 5 ? (sum + sum_spelling_bee) / r->chatcore_tasks : NAN;
     r->chatcore_cat = cat == 3 && cat_seen == 3 ? sum_cat / 3.0 : NAN;
 }
 
@@ -330,7 +341,9 @@ static inline void chat_print(const ChatResult& r) {
     for (const ChatTaskResult& t : r.tasks)
         printf("%-16s %-12s %6zu %9.4f %9.4f %9.4f\n", t.label.c_str(), t.kind == CHAT_CATEGORICAL ? "categorical" : "generative",
                t.correct.size(), t.accuracy, t.baseline, t.centered);
-    if (std::isfinite(r.chatcore)) printf("ChatCORE %.6f | ChatCORE_cat %.6f\n", r.chatcore, r.chatcore_cat);
+    if (std::isfinite(r.chatcore))
+        printf("ChatCORE %.6f%s | ChatCORE_cat %.6f\n", r.chatcore,
+               r.chatcore_tasks == 6 ? " (6 tasks with SpellingBee: nanochat's ChatCORE before July 2026)" : "", r.chatcore_cat);
     else printf("ChatCORE: n/a (needs all of ARC-Easy, ARC-Challenge, MMLU, GSM8K, HumanEval)%s\n",
                 std::isfinite(r.chatcore_cat) ? (" | ChatCORE_cat " + std::to_string(r.chatcore_cat)).c_str() : "");
 }

@@ -93,7 +93,11 @@ TASKS = [
     TaskSpec(3, "MMLU", "mmlu_test", "categorical", "letter", 0.25),
     TaskSpec(4, "GSM8K", "gsm8k_test", "generative", "gsm8k", 0.0),
     TaskSpec(5, "HumanEval", "humaneval_test", "generative", "humaneval", 0.0),
+    # before nanochat 950a1dc (July 2026), and so in the study's ChatCORE: only with --spellingbee or --tasks
+    TaskSpec(6, "SpellingBee", "words", "generative", "gsm8k", 0.0),
 ]
+HEAD_TASKS = 5                   # ChatCORE's tasks at nanochat 92d63d4: the first five
+SPELLING_BEE_EXAMPLES = 256      # SpellingBee(size=256, split="test")
 
 
 # -----------------------------------------------------------------------------
@@ -182,6 +186,14 @@ def humaneval_conversation(row):
             "strings": [extract_imports(prompt), row["test"], row["entry_point"]]}
 
 
+def spelling_bee_conversation(words, index):
+    """tasks/spellingbee.py (before 950a1dc), a test example: sft.py's SpellingBee conversation; the reference is
+    extract_answer of its last text part, as SpellingBee.evaluate takes it (the same check as GSM8K's)."""
+    conv = sft.spelling_bee_conversation(words, index, "test")
+    conv["strings"] = [extract_answer(conv["messages"][-1]["content"][-1]["text"])]
+    return conv
+
+
 BUILDERS = {"arc_easy_test": arc_conversation, "arc_challenge_test": arc_conversation,
             "mmlu_test": mmlu_conversation, "gsm8k_test": gsm8k_conversation,
             "humaneval_test": humaneval_conversation}
@@ -219,14 +231,18 @@ def task_items(spec, rows, max_per_task, enc, special):
     """The task's items in nanochat's order (rows permuted, the first max_per_task kept): a list of
     (prompt ids, letter ids, gold, strings), and the number of prompts cut to 2048 tokens."""
     import numpy as np
-    perm = np.random.default_rng(ROW_SEED).permutation(len(rows))
-    n = len(rows) if max_per_task < 0 else min(max_per_task, len(rows))
-    build = BUILDERS[spec.split]
+    if spec.split == "words":  # SpellingBee: made from the word list, example i from seed i; not permuted
+        size, perm = SPELLING_BEE_EXAMPLES, range(SPELLING_BEE_EXAMPLES)
+        build = lambda p: spelling_bee_conversation(rows.words, p)  # noqa: E731
+    else:
+        size, perm = len(rows), np.random.default_rng(ROW_SEED).permutation(len(rows))
+        build = lambda p: BUILDERS[spec.split](rows.row(p))  # noqa: E731
+    n = size if max_per_task < 0 else min(max_per_task, size)
     items, cut, cache = [], 0, {}
     for i in range(n):
         p = int(perm[i])
         try:
-            conv = build(rows.row(p))
+            conv = build(p)
             prompt, was_cut = render_for_completion(conv, enc, special)
             if spec.kind == "categorical":
                 letters = conv["letters"]
@@ -236,7 +252,7 @@ def task_items(spec, rows, max_per_task, enc, special):
             else:
                 choices, gold, strings = [], 0, conv["strings"]
         except ConversationError as e:
-            raise ChatEvalError(f"{rows.where(p)} ({spec.label}): {e}")
+            raise ChatEvalError(f"{rows.where(p) if spec.split != 'words' else f'example {p}'} ({spec.label}): {e}")
         cut += was_cut
         items.append((prompt, choices, gold, strings))
     return items, cut
@@ -298,7 +314,11 @@ def parse_args(argv=None):
     p.add_argument("--max-per-task", type=int, default=-1,
                    help="keep the first N items of each permuted task (default -1 = all; nanochat's -x)")
     p.add_argument("--tasks", default=None,
-                   help="comma-separated labels, a subset of " + ",".join(t.label for t in TASKS) + " (default: all)")
+                   help="comma-separated labels, a subset of " + ",".join(t.label for t in TASKS) +
+                        " (default: the first five, ChatCORE's at nanochat 92d63d4)")
+    p.add_argument("--spellingbee", action="store_true",
+                   help="add SpellingBee, ChatCORE's sixth task before July 2026 (the study's ChatCORE); its word "
+                        f"list is {sft.WORDS_FILE[0]} in --source, or downloaded")
     p.add_argument("--retries", type=int, default=10, help="download attempts per file (default %(default)s)")
     p.add_argument("--hub-url", default=sft.HUB_URL,
                    help="where the dataset listings are fetched from (default %(default)s)")
@@ -324,7 +344,8 @@ def run(args):
     enc, special = sft.load_chat_tokenizer(args.tokenizer, "chat_eval.py")
     log(f"tokenizer {args.tokenizer}: vocab {enc.n_vocab}, BOS {special[BOS]}")
 
-    tasks = [t for t in TASKS if args.tasks is None or t.label in args.tasks]
+    default = [t.label for t in TASKS[:HEAD_TASKS]] + (["SpellingBee"] if args.spellingbee else [])
+    tasks = [t for t in TASKS if t.label in (args.tasks if args.tasks is not None else default)]
     rows = sft.load_rows([t.split for t in tasks], args, SPLITS, "chat_eval.py")  # every split read (and downloaded) before anything is written
     # every task rendered before anything is written, so that an input error leaves --out untouched
     prepared = []
@@ -347,7 +368,8 @@ def run(args):
         extra = ""
         if t.kind == "categorical":
             extra = f", {sum(len(it[1]) for it in items) / len(items):.2f} choices per item"
-        log(f"{name}: {t.kind} ({t.checker}), {len(items):,} items of {len(rows[t.split]):,} rows, prompt tokens mean "
+        source = f"{len(rows[t.split]):,} {'words' if t.split == 'words' else 'rows'}"
+        log(f"{name}: {t.kind} ({t.checker}), {len(items):,} items of {source}, prompt tokens mean "
             f"{sum(lengths) / len(lengths):.1f} max {max(lengths)}, {cut} cut to {MAX_TOKENS}{extra}, "
             f"baseline {t.baseline:g}, {len(data):,} bytes")
     climbmix.write_atomic(os.path.join(out, "index.txt"), "".join(index).encode("utf-8"))

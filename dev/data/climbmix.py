@@ -145,14 +145,17 @@ def _content_range_total(value):
     return int(tail) if tail.isdigit() else None
 
 
-def download_file(url, dest, progress=None, retries=10, timeout=60, chunk=1 << 20):
+def download_file(url, dest, progress=None, retries=10, timeout=60, chunk=1 << 20, parquet=True):
     """Download url to dest. Resumes a partial dest + '.tmp' with an HTTP Range request; checks the size
-    against Content-Length / Content-Range and the parquet magic; renames into place only when complete.
-    A dest that already exists is taken as complete (it only appears through that rename)."""
+    against Content-Length / Content-Range and (parquet=True) the parquet magic; renames into place only when
+    complete. A dest that already exists is taken as complete (it only appears through that rename)."""
+    def complete(path):
+        return not parquet or _is_complete_parquet(path)
+
     name = os.path.basename(dest)
     tmp = dest + ".tmp"
     if os.path.exists(dest):
-        if _is_complete_parquet(dest):
+        if complete(dest):
             if progress:
                 with progress.lock:
                     size = os.path.getsize(dest)
@@ -181,7 +184,7 @@ def download_file(url, dest, progress=None, retries=10, timeout=60, chunk=1 << 2
                     # Range not satisfiable: the .tmp is already complete, or longer than the file
                     total = _content_range_total(e.headers.get("Content-Range"))
                     e.close()
-                    if total == have and _is_complete_parquet(tmp):
+                    if total == have and complete(tmp):
                         os.replace(tmp, dest)
                         if progress:
                             with progress.lock:
@@ -233,7 +236,7 @@ def download_file(url, dest, progress=None, retries=10, timeout=60, chunk=1 << 2
                 if size > total:
                     os.remove(tmp)
                 raise IOError(f"size mismatch: {size} bytes on disk, {total} expected")
-            if not _is_complete_parquet(tmp):
+            if not complete(tmp):
                 os.remove(tmp)
                 raise IOError("downloaded file is not a parquet file (no PAR1 magic)")
             os.replace(tmp, dest)

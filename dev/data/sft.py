@@ -75,6 +75,15 @@ HUB_LISTING = "{hub}/api/datasets/{repo}/parquet/{subset}/{split}"  # a JSON lis
 DEFAULT_CACHE_DIR = os.path.join("~", ".cache", "xsa-train", "sft")
 MINI_SOURCE = "dev/data/sft_mini"
 
+# The study's mixture (nanochat's chat_sft.py before 950a1dc, 2026-07-03): two more files and two tasks made
+# from a word list (tasks/customjson.py, tasks/spellingbee.py of that time)
+STUDY_COMMIT = "950a1dc^"
+IDENTITY_FILE = ("identity_conversations.jsonl", "https://karpathy-public.s3.us-west-2.amazonaws.com/identity_conversations.jsonl")
+WORDS_FILE = ("words_alpha.txt", "https://raw.githubusercontent.com/dwyl/english-words/refs/heads/master/words_alpha.txt")
+IDENTITY_COPIES = 2          # CustomJSON(identity) twice: "2 epochs of these"
+SIMPLE_SPELLING_SIZE = 200000  # SimpleSpelling(size=200000, split="train")
+SPELLING_BEE_SIZE = 80000    # SpellingBee(size=80000, split="train")
+
 BATCH = 256           # conversations per rendering job
 REPORT_EVERY = 5.0    # seconds between progress lines
 
@@ -275,10 +284,79 @@ def hub_split_paths(spec, cache_dir, offline, retries, hub_url=HUB_URL, script="
     return paths
 
 
+class IdentityFile:
+    """The identity conversations (tasks/customjson.py's input): one JSON list of messages per line."""
+
+    def __init__(self, path):
+        self.path, self.items, self.lines = path, [], []
+        for n, line in enumerate(read_text(path).split("\n"), 1):
+            if not line.strip():
+                continue
+            try:
+                self.items.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise SftError(f"{path} line {n}: bad JSON ({e.msg})")
+            self.lines.append(n)
+
+    def __len__(self):
+        return len(self.items)
+
+
+class WordList:
+    """The spelling tasks' words: one per line, stripped (the real list: 370,105 lowercase English words)."""
+
+    def __init__(self, path):
+        self.path = path
+        self.words = [line.strip() for line in read_text(path).splitlines()]
+        for n, w in enumerate(self.words, 1):
+            if not w:
+                raise SftError(f"{path} line {n}: an empty word (the spelling tasks draw letters from every word)")
+
+    def __len__(self):
+        return len(self.words)
+
+
+def read_text(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise SftError(f"{path}: no such file")
+    except OSError as e:
+        raise SftError(f"{path}: cannot read ({e.strerror})")
+    except UnicodeDecodeError:
+        raise SftError(f"{path}: not UTF-8")
+
+
+# The study mixture's two files: {key: ((file name, URL), reader)}
+EXTRA_INPUTS = {"identity": (IDENTITY_FILE, IdentityFile), "words": (WORDS_FILE, WordList)}
+
+
+def extra_input_path(key, args, script):
+    """Where one of EXTRA_INPUTS is: in --source DIR, or in --cache-dir (downloaded there first, resumable and
+    size-checked, unless --offline)."""
+    (name, url), _ = EXTRA_INPUTS[key]
+    if args.source is not None:
+        return os.path.join(os.path.expanduser(args.source), name)
+    path = os.path.join(os.path.expanduser(args.cache_dir), "files", name)
+    if not os.path.isfile(path):
+        if args.offline:
+            raise SftError(f"--offline: {name} is not downloaded (no {path}); run {script} once without --offline "
+                           f"(same --cache-dir) to download it, or use --source DIR")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        log(f"{key}: downloading {url}")
+        climbmix.download_file(url, path, retries=args.retries, parquet=False)
+    return path
+
+
 def load_rows(keys, args, splits=SPLITS, script="sft.py"):
     """{key: rows} for the splits a mixture (or chat_eval.py's tasks: `splits`, `script`) needs, all loaded (and
-    the downloads done) before any rendering."""
+    the downloads done) before any rendering; the study mixture's identity conversations and word list too."""
     out = {}
+    for k in [k for k in keys if k in EXTRA_INPUTS]:
+        out[k] = EXTRA_INPUTS[k][1](extra_input_path(k, args, script))
+        log(f"{k}: {len(out[k]):,} {'words' if k == 'words' else 'conversations'} ({out[k].path})")
+    keys = [k for k in keys if k not in EXTRA_INPUTS]
     if args.source is not None:
         src = os.path.expanduser(args.source)
         if not os.path.isdir(src):
@@ -423,19 +501,153 @@ def mixture_index_map(lengths, seed=MIXTURE_SEED):
     return index_map
 
 
-def head_mixtures(rows, mmlu_epochs, gsm8k_epochs):
+def head_mixtures(rows, args):
     """chat_sft.py at nanochat 92d63d4: (train tasks, val tasks)."""
     train = ([Task(rows["smoltalk_train"])]
-             + [Task(rows["mmlu_auxiliary_train"]) for _ in range(mmlu_epochs)]
-             + [Task(rows["gsm8k_train"]) for _ in range(gsm8k_epochs)])
+             + [Task(rows["mmlu_auxiliary_train"]) for _ in range(args.mmlu_epochs)]
+             + [Task(rows["gsm8k_train"]) for _ in range(args.gsm8k_epochs)])
     val = [Task(rows["smoltalk_test"]),
            Task(rows["mmlu_test"], stop=MMLU_VAL_STOP),
            Task(rows["gsm8k_test"], stop=GSM8K_VAL_STOP)]
     return train, val
 
 
+# -----------------------------------------------------------------------------
+# The study's extra tasks: identity conversations and the two spelling tasks
+
+SPELLING_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+SPELLING_TEST_SEED_OFFSET = 10_000_000  # a test example's seed: this + its index (a train example's: its index)
+SPELLING_SHUFFLE_SEED = 42              # SimpleSpelling draws from the word list shuffled with random.Random(42)
+# SpellingBee's user messages (data augmentation), in nanochat's order: the order decides which one a seed picks
+SPELLING_BEE_TEMPLATES = [
+    "How many {letter} are in the word {word}", "How many {letter} are in {word}", "Count the number of {letter} in {word}",
+    "How many times does {letter} appear in {word}", "What's the count of {letter} in {word}",
+    "In the word {word}, how many {letter} are there", "How many letter {letter} are in the word {word}",
+    "Count how many {letter} appear in {word}", "Tell me the number of {letter} in {word}",
+    "How many occurrences of {letter} are in {word}", "Find the count of {letter} in {word}",
+    "Can you count the {letter} letters in {word}", "What is the frequency of {letter} in {word}",
+    "How many {letter}s are in {word}", "How many {letter}'s are in {word}", "Count all the {letter} in {word}",
+    "How many times is {letter} in {word}", "Number of {letter} in {word}", "Total count of {letter} in {word}",
+    "How many {letter} does {word} have", "How many {letter} does {word} contain", "What's the number of {letter} in {word}",
+    "{word} has how many {letter}", "In {word}, count the {letter}", "How many {letter} appear in {word}",
+    "Count the {letter} in {word}", "Give me the count of {letter} in {word}", "How many instances of {letter} in {word}",
+    "Show me how many {letter} are in {word}", "Calculate the number of {letter} in {word}",
+    "¿Cuántas {letter} hay en {word}?", "¿Cuántas veces aparece {letter} en {word}?", "Cuenta las {letter} en {word}",
+    "¿Cuántas letras {letter} tiene {word}?",
+    "{word}中有多少个{letter}", "{word}里有几个{letter}", "数一下{word}中的{letter}", "{word}这个词里有多少{letter}",
+    "{word}에 {letter}가 몇 개 있나요", "{word}에서 {letter}의 개수는", "{word}에 {letter}가 몇 번 나오나요",
+    "{word}라는 단어에 {letter}가 몇 개",
+    "Combien de {letter} dans {word}", "Combien de fois {letter} apparaît dans {word}", "Compte les {letter} dans {word}",
+    "Wie viele {letter} sind in {word}", "Wie oft kommt {letter} in {word} vor", "Zähle die {letter} in {word}",
+    "{word}に{letter}は何個ありますか", "{word}の中に{letter}がいくつ", "{word}に{letter}が何回出てくる",
+]
+
+
+def spelling_seed(index, split):
+    return index if split == "train" else SPELLING_TEST_SEED_OFFSET + index
+
+
+def spelling_bee_conversation(words, index, split):
+    """SpellingBee example `index` of `split`: how often a letter occurs in a word, answered by spelling the
+    word out with a running count, then checking with the python tool, then '#### N'. Every random draw is
+    nanochat's, in its order (so the same word list gives the same examples)."""
+    rng = random.Random(spelling_seed(index, split))
+    word = rng.choice(words)
+    letter = rng.choice(word) if rng.random() < 0.9 else rng.choice(SPELLING_LETTERS)  # mostly a letter of the word
+    count = word.count(letter)
+    template = rng.choice(SPELLING_BEE_TEMPLATES)
+    if rng.random() < 0.3:
+        template = template.lower()
+    letter_quote, word_quote = rng.choice(["", "'", '"']), rng.choice(["", "'", '"'])
+    user = template.format(letter=letter_quote + letter + letter_quote, word=word_quote + word + word_quote)
+    if rng.random() < 0.5:
+        user += "?"
+    lines, running = [], 0
+    for position, char in enumerate(word, 1):
+        running += char == letter
+        # no space between the position and the letter: " a" would be another token than "a"
+        lines.append(f"{position}:{char} hit! count={running}" if char == letter else f"{position}:{char}")
+    spelled = (f"We are asked to find the number '{letter}' in the word '{word}'. Let me try a manual approach first.\n\n"
+               f"First spell the word out:\n{word}:{','.join(word)}\n\nThen count the occurrences of '{letter}':\n"
+               + "".join(line + "\n" for line in lines) + f"\nThis gives us {running}.")
+    parts = [{"type": "text", "text": spelled},
+             {"type": "text", "text": "\n\nLet me double check this using Python:\n\n"},
+             {"type": "python", "text": f"'{word}'.count('{letter}')"},
+             {"type": "python_output", "text": str(count)},
+             {"type": "text", "text": f"\n\nPython gives us {count}.\n\nMy final answer is:\n\n#### {count}"}]
+    return {"messages": [{"role": "user", "content": user}, {"role": "assistant", "content": parts}]}
+
+
+def simple_spelling_conversation(shuffled_words, index, split):
+    """SimpleSpelling example `index`: 'Spell the word: W' -> 'W:w,o,r,d' (from the shuffled word list)."""
+    word = random.Random(spelling_seed(index, split)).choice(shuffled_words)
+    return {"messages": [{"role": "user", "content": f"Spell the word: {word}"},
+                         {"role": "assistant", "content": f"{word}:{','.join(word)}"}]}
+
+
+def identity_conversation(messages):
+    """A CustomJSON line: a list of at least 2 messages, user and assistant in turn, each content a string."""
+    if not isinstance(messages, list):
+        raise ConversationError(f"expected a list of messages, got {type(messages).__name__}")
+    if len(messages) < 2:
+        raise ConversationError(f"a conversation needs at least 2 messages, got {len(messages)}")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or "role" not in m or "content" not in m:
+            raise ConversationError(f"message {i} needs 'role' and 'content'")
+        want = "user" if i % 2 == 0 else "assistant"
+        if m["role"] != want:
+            raise ConversationError(f"message {i} is from {m['role']!r} but should be from {want!r}")
+        if not isinstance(m["content"], str):
+            raise ConversationError(f"message {i}: content must be a string")
+    return {"messages": messages}
+
+
+class MadeTask:
+    """A task that is not a hub split: the identity conversations (in file order) or a spelling task
+    (example i made from seed i); nothing is permuted. It offers what Task offers to the mixture."""
+
+    def __init__(self, key, source, split, n, make, where):
+        self.key, self.stop, self.rows, self.length = key, None, self, n
+        self.spec = Split(key, source, "-", split, ())
+        self.make, self._where = make, where
+
+    def __len__(self):
+        return self.length
+
+    def physical(self, i):
+        return i
+
+    def where(self, i):
+        return self._where(i)
+
+    def conversation(self, i):
+        try:
+            return self.make(i)
+        except ConversationError as e:
+            raise SftError(f"{self.where(i)} ({self.key}): {e}")
+
+
+def study_mixtures(rows, args):
+    """chat_sft.py before nanochat 950a1dc (the study's): the head mixture's tasks plus identity x 2 after
+    SmolTalk, and SimpleSpelling and SpellingBee at the end; the same validation mixture."""
+    head_train, val = head_mixtures(rows, args)
+    identity, words = rows["identity"], rows["words"]
+    shuffled = list(words.words)
+    random.Random(SPELLING_SHUFFLE_SEED).shuffle(shuffled)
+    identity_task = lambda: MadeTask("identity", identity.path, "train", len(identity.items),  # noqa: E731
+                                     lambda i: identity_conversation(identity.items[i]), lambda i: f"{identity.path} line {identity.lines[i]}")
+    train = ([head_train[0]] + [identity_task() for _ in range(IDENTITY_COPIES)] + head_train[1:]
+             + [MadeTask("simple_spelling", words.path, "train", args.simple_spelling,
+                         lambda i: simple_spelling_conversation(shuffled, i, "train"), lambda i: f"SimpleSpelling example {i}"),
+                MadeTask("spelling_bee", words.path, "train", args.spelling_bee,
+                         lambda i: spelling_bee_conversation(words.words, i, "train"), lambda i: f"SpellingBee example {i}")])
+    return train, val
+
+
 MIXTURES = {"head": (["smoltalk_train", "mmlu_auxiliary_train", "gsm8k_train", "smoltalk_test", "mmlu_test",
-                      "gsm8k_test"], head_mixtures)}
+                      "gsm8k_test"], head_mixtures),
+            "study": (["smoltalk_train", "mmlu_auxiliary_train", "gsm8k_train", "smoltalk_test", "mmlu_test",
+                       "gsm8k_test", "identity", "words"], study_mixtures)}
 
 
 # -----------------------------------------------------------------------------
@@ -700,11 +912,17 @@ def parse_args(argv=None):
     p.add_argument("--offline", action="store_true",
                    help="never use the network: every split must already be complete in --cache-dir")
     p.add_argument("--mixture", default="head", choices=sorted(MIXTURES),
-                   help="head: nanochat 92d63d4's chat_sft.py mixture (default)")
+                   help="head: nanochat 92d63d4's chat_sft.py mixture (default); study: the one before 950a1dc "
+                        "(July 2026) that the study ran, with identity conversations x 2, SimpleSpelling and "
+                        f"SpellingBee ({IDENTITY_FILE[0]} and {WORDS_FILE[0]} in --source, or downloaded)")
     p.add_argument("--mmlu-epochs", type=int, default=DEFAULT_MMLU_EPOCHS,
                    help="copies of MMLU auxiliary_train in the train mixture (default %(default)s)")
     p.add_argument("--gsm8k-epochs", type=int, default=DEFAULT_GSM8K_EPOCHS,
                    help="copies of GSM8K train in the train mixture (default %(default)s)")
+    p.add_argument("--simple-spelling", type=int, default=SIMPLE_SPELLING_SIZE,
+                   help="study mixture: SimpleSpelling examples (default %(default)s, nanochat's)")
+    p.add_argument("--spelling-bee", type=int, default=SPELLING_BEE_SIZE,
+                   help="study mixture: SpellingBee examples (default %(default)s, nanochat's)")
     p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
                    help="cut every conversation to this many tokens (default %(default)s, render_conversation's)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
@@ -716,7 +934,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.mini:
         args.source = MINI_SOURCE
-    for name in ("mmlu_epochs", "gsm8k_epochs"):
+    for name in ("mmlu_epochs", "gsm8k_epochs", "simple_spelling", "spelling_bee"):
         if getattr(args, name) < 0:
             p.error(f"--{name.replace('_', '-')} must be >= 0")
     if args.max_tokens < 1:
@@ -752,7 +970,7 @@ def run(args):
 
     keys, make = MIXTURES[args.mixture]
     rows = load_rows(keys, args)  # every split read (and downloaded) before anything is written
-    train_tasks, val_tasks = make(rows, args.mmlu_epochs, args.gsm8k_epochs)
+    train_tasks, val_tasks = make(rows, args)
 
     out = os.path.expanduser(args.out)
     os.makedirs(out, exist_ok=True)
@@ -778,10 +996,11 @@ def run(args):
         "format": "xsa-train SFT conversation files, dev/data/README.md",
         "magic": SFT_MAGIC,
         "version": SFT_VERSION,
-        "nanochat_commit": NANOCHAT_COMMIT,
+        "nanochat_commit": NANOCHAT_COMMIT if args.mixture == "head" else STUDY_COMMIT,
         "mixture": args.mixture,
         "mmlu_epochs": args.mmlu_epochs,
         "gsm8k_epochs": args.gsm8k_epochs,
+        **({"simple_spelling": args.simple_spelling, "spelling_bee": args.spelling_bee} if args.mixture == "study" else {}),
         "max_tokens": args.max_tokens,
         "tokenizer": args.tokenizer,
         "tokenizer_sha256": tok_sha,

@@ -227,6 +227,21 @@ class TestFiles(ChatEvalRun):
         self.assertSameFiles(out_dir, FILES, code, out)
         self.assertEqual(sorted(os.listdir(out_dir)), FILES, "files left behind")
 
+    def test_study_bundle(self):
+        """chat_eval.py --mini --spellingbee --max-per-task 16 writes exactly the committed dev/data/chat_tasks_study; its
+        SpellingBee item 0 (test example 0) is the user message nanochat 950a1dc^'s SpellingBee printed, reference '1'"""
+        out_dir = os.path.join(self.dir, "study")
+        code, out = self.chat_eval(out_dir, "--mini", "--spellingbee", "--max-per-task", "16")
+        study = os.path.join(REPO, "dev/data/chat_tasks_study")
+        names = sorted(os.listdir(study))
+        differ = [n for n in names if read(os.path.join(out_dir, n)) != read(os.path.join(study, n))]
+        self.assertTrue(code == 0 and len(names) == 7 and not differ, "exit %d, differ: %s\n%s" % (code, differ, out[-2000:]))
+        import climbmix
+        enc, _ = climbmix.read_tokenizer(os.path.join(REPO, TOKENIZER))
+        head, items = read_chat_file(os.path.join(study, "06_SpellingBee.bin"))
+        self.assertEqual(len(items), 16)
+        self.assertEqual(items[0], ([BOS, US] + enc.encode_ordinary("How many 'v' are in the word level?") + [UE, AS], [], 0, ["1"]))
+
     def test_committed_files(self):
         """the committed files parsed by a reader written from the format: headers, index.txt, item 0 decoded to text"""
         pieces, _ = token_pieces(os.path.join(REPO, TOKENIZER))

@@ -5,6 +5,8 @@
     encode_ordinary of each text piece, and masks written out;
   * render_mc's exact text, the GSM8K calculator split, the row permutation and the TaskMixture order
     (the literal expectations were printed by nanochat 92d63d4's own tasks/common.py);
+  * the study mixture's spelling and identity tasks (expectations printed by nanochat 950a1dc^'s own
+    tasks/spellingbee.py) and the mini study mixture's make-up;
   * `sft.py --mini` reproduces the committed dev/data/sft_mini_tokens byte for byte (also with one worker,
     and from the hub's parquet layout in --cache-dir with --offline);
   * a reader written here from dev/data/README.md ("SFT conversation file") checks the committed files and
@@ -429,6 +431,86 @@ class TestMini(unittest.TestCase):
 
 
 @needs_packages("tiktoken", "numpy", "pyarrow")
+class TestStudyMixture(unittest.TestCase):
+    """--mixture study (chat_sft.py before nanochat 950a1dc, the study's): the spelling and identity tasks against
+    values printed by nanochat's own tasks/spellingbee.py and tasks/customjson.py of that time (run on the mini
+    word list dev/data/sft_mini/words_alpha.txt), the SpellingBee rendering, and the mini mixture's make-up."""
+
+    @classmethod
+    def setUpClass(cls):
+        import climbmix
+        import sft
+        cls.sft = sft
+        cls.words = sft.WordList(os.path.join(MINI, "words_alpha.txt")).words
+        cls.enc, _ = climbmix.read_tokenizer(os.path.join(REPO, TOKENIZER))
+        cls.special = sft.chat_special_ids(cls.enc)
+
+    def test_spelling_bee(self):
+        """SpellingBee: the user message, the tool call and the answer of train examples 0-2 and test 0-2"""
+        # printed by nanochat 950a1dc^'s SpellingBee(split=...).get_example(i) with the mini word list
+        want = {("train", 0): ('count the number of "z" in \'puzzle\'?', "'puzzle'.count('z')", "#### 2"),
+                ("train", 1): ("how many times is 't' in 'strawberry'", "'strawberry'.count('t')", "#### 1"),
+                ("train", 2): ('in the word "puzzle", how many b are there', "'puzzle'.count('b')", "#### 0"),
+                ("test", 0): ("How many 'v' are in the word level?", "'level'.count('v')", "#### 1"),
+                ("test", 1): ('"a"에 "a"가 몇 번 나오나요?', "'a'.count('a')", "#### 1"),
+                ("test", 2): ("Total count of 'u' in 'bubble'?", "'bubble'.count('u')", "#### 1")}
+        for (split, i), (user, call, answer) in want.items():
+            conv = self.sft.spelling_bee_conversation(self.words, i, split)
+            parts = conv["messages"][1]["content"]
+            self.assertEqual((conv["messages"][0]["content"], parts[2]["text"], parts[-1]["text"][-6:]), (user, call, answer), (split, i))
+        # the whole spelled-out text of train example 0, as nanochat printed it
+        self.assertEqual(self.sft.spelling_bee_conversation(self.words, 0, "train")["messages"][1]["content"][0]["text"],
+                         "We are asked to find the number 'z' in the word 'puzzle'. Let me try a manual approach first.\n\n"
+                         "First spell the word out:\npuzzle:p,u,z,z,l,e\n\nThen count the occurrences of 'z':\n1:p\n2:u\n"
+                         "3:z hit! count=1\n4:z hit! count=2\n5:l\n6:e\n\nThis gives us 2.")
+
+    def test_simple_spelling(self):
+        """SimpleSpelling: train examples 0-2 draw from the word list shuffled with random.Random(42)"""
+        shuffled = list(self.words)
+        random.Random(42).shuffle(shuffled)
+        # printed by nanochat 950a1dc^'s SimpleSpelling(split="train").get_example(i)["messages"][1]["content"]
+        self.assertEqual([self.sft.simple_spelling_conversation(shuffled, i, "train")["messages"][1]["content"] for i in range(3)],
+                         ["a:a", "abracadabra:a,b,r,a,c,a,d,a,b,r,a", "a:a"])
+
+    def test_render_tool_parts(self):
+        """render: SpellingBee's tool call is trained (mask 1), the tool's output is not (mask 0)"""
+        conv = self.sft.spelling_bee_conversation(self.words, 0, "train")
+        ids, mask = self.sft.render_conversation(conv, self.enc, self.special)
+        at = ids.index(PS)
+        call = self.enc.encode_ordinary("'puzzle'.count('z')")
+        self.assertEqual(ids[at:at + len(call) + 5], [PS] + call + [PE, OS] + self.enc.encode_ordinary("2") + [OE])
+        self.assertEqual(mask[at:at + len(call) + 5], [1] * (len(call) + 2) + [0, 0, 0])
+        self.assertEqual((ids[-1], mask[-1]), (AE, 1))
+
+    def test_identity_checks(self):
+        """identity conversations: CustomJSON's checks (a list of >= 2 messages, user and assistant in turn, string contents)"""
+        good = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
+        self.assertEqual(self.sft.identity_conversation(good), {"messages": good})
+        for bad, why in (({"role": "user"}, "expected a list of messages"), (good[:1], "at least 2 messages"),
+                         ([good[1], good[0]], "message 0 is from 'assistant'"),
+                         ([good[0], {"role": "assistant", "content": ["x"]}], "content must be a string")):
+            with self.assertRaises(self.sft.ConversationError) as e:
+                self.sft.identity_conversation(bad)
+            self.assertIn(why, str(e.exception))
+
+    def test_mini_study_mixture(self):
+        """sft.py --mini --mixture study: SmolTalk, identity x 2, MMLU x 3, GSM8K x 4, SimpleSpelling, SpellingBee in
+        that order in the meta file, every conversation of them in the file; the validation file is the head mixture's"""
+        out_dir = tempfile.mkdtemp(prefix="xsa_sft_study_")
+        self.addCleanup(shutil.rmtree, out_dir, ignore_errors=True)
+        code, out = run([sys.executable, "dev/data/sft.py", "--mini", "--mixture", "study", "--simple-spelling", "20", "--spelling-bee",
+                         "12", "--tokenizer", TOKENIZER, "--out", out_dir])
+        self.assertEqual(code, 0, out)
+        with open(os.path.join(out_dir, "sft_meta.json")) as f:
+            meta = json.load(f)
+        tasks = [(t["name"], t["copies"], t["conversations"]) for t in meta["splits"]["train"]["tasks"]]
+        self.assertEqual(tasks, [("smoltalk_train", 1, 40), ("identity", 2, 10), ("mmlu_auxiliary_train", 3, 60), ("gsm8k_train", 4, 60),
+                                 ("simple_spelling", 1, 20), ("spelling_bee", 1, 12)])
+        self.assertEqual((meta["nanochat_commit"], meta["splits"]["train"]["conversations"]), ("950a1dc^", 202))
+        self.assertEqual(read(os.path.join(out_dir, "sft_val.bin")), read(os.path.join(COMMITTED, "sft_val.bin")))
+
+
+@needs_packages("tiktoken", "numpy", "pyarrow")
 class TestErrors(unittest.TestCase):
     """Bad input: exit code 1 and one `error:` line naming the problem."""
 
@@ -457,6 +539,23 @@ class TestErrors(unittest.TestCase):
             rows[0]["answer"] = 7
         check_one_error(self, self.sft("--source", self.source("c", edit=("mmlu_test", answer))),
                         "mmlu_test.jsonl line 1 (mmlu_test): 'answer' must be 0, 1, 2 or 3", "mmlu answer 7", anywhere=True)
+
+        # the study mixture's two files: missing, an empty word, a bad identity line
+        study = self.source("d")
+        check_one_error(self, self.sft("--source", study, "--mixture", "study"), "identity_conversations.jsonl: no such file",
+                        "--mixture study without the identity conversations", anywhere=True)
+        with open(os.path.join(study, "identity_conversations.jsonl"), "w") as f:
+            f.write('[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]\n[{"role": "user"}]\n')
+        with open(os.path.join(study, "words_alpha.txt"), "w") as f:
+            f.write("apple\n\nbanana\n")
+        check_one_error(self, self.sft("--source", study, "--mixture", "study"), "words_alpha.txt line 2: an empty word",
+                        "an empty word", anywhere=True)
+        with open(os.path.join(study, "words_alpha.txt"), "w") as f:
+            f.write("apple\nbanana\n")
+        check_one_error(self, self.sft("--source", study, "--mixture", "study"), "identity_conversations.jsonl line 2 (identity): a conversation needs at least 2 messages",
+                        "a bad identity conversation", anywhere=True)
+        check_one_error(self, self.sft("--mixture", "study", "--offline", "--cache-dir", os.path.join(self.dir, "empty_cache")),
+                        "--offline: identity_conversations.jsonl is not downloaded", "--offline without the identity file", anywhere=True)
 
         # a tokenizer without the chat special tokens: the 256 bytes and <|bos|> only (format: dev/data/README.md)
         pattern = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+""".encode()

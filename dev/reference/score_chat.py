@@ -17,20 +17,22 @@ Per task file (index.txt order), the first K items (--max-per-task, default all)
 * categorical (ARC, MMLU): the prompt alone through the model; the logits at its last position restricted to
   the item's letter ids; prediction = the first maximum (torch.argmax); correct iff it is gold. Prompts longer
   than seq_len run at full length as in score_core.py (up to nanochat's rotary limit of 10 x seq_len).
-* generative (GSM8K, HumanEval): greedy decoding as nanochat's Engine.generate at temperature 0: the next token
-  is the first argmax over the whole vocabulary of the full forward of the sequence so far (no KV cache);
+* generative (GSM8K, HumanEval, SpellingBee): greedy decoding as nanochat's Engine.generate at temperature 0: the
+  next token is the first argmax over the whole vocabulary of the full forward of the sequence so far (no KV cache);
   generation ends at <|assistant_end|> or BOS (not part of the answer), after --max-new-tokens tokens (nanochat's
   512), or when the sequence (prompt + answer) reaches the model's seq_len (nanochat has no such limit; the
   trainer stops there too, and a prompt of seq_len tokens or more gets no answer and is wrong). The calculator
   tool, exactly as Engine: the tokens after <|python_start|> up to <|python_end|> are decoded and given to
   use_calculator; a result that is not None is forced in as <|output_start|>, encode(str(result)),
   <|output_end|> (forced tokens count as generated tokens). The answer's text is the decode of its tokens
-  (special tokens as their text). GSM8K: correct iff extract_answer(answer) == the reference number. HumanEval:
+  (special tokens as their text). GSM8K and SpellingBee (the gsm8k checker): correct iff extract_answer(answer) ==
+  the reference number. HumanEval:
   program = imports + "\\n\\n" + extract_program(answer) + "\\n\\n" + test + "\\n" + "check(entry_point)", run by
   execute_code (a fresh python subprocess behind nanochat's guard, 5 s, 256 MB); correct iff it exits with 0.
 
 Accuracy per task; centered = (acc - baseline) / (1 - baseline); ChatCORE = the mean of the centered accuracies
-(nanochat prints it only when all five tasks ran; with fewer this prints their mean, labelled as such).
+(nanochat prints it only when all five tasks ran, or all six with SpellingBee before July 2026; with fewer
+this prints their mean, labelled as such).
 """
 import argparse
 import collections
@@ -56,6 +58,7 @@ KIND_NAMES = {0: "categorical", 1: "generative"}
 CHECKER_NAMES = {0: "letter", 1: "gsm8k", 2: "humaneval"}
 STRINGS = {"letter": 0, "gsm8k": 1, "humaneval": 3}
 CHATCORE_TASKS = ["ARC-Easy", "ARC-Challenge", "MMLU", "GSM8K", "HumanEval"]
+STUDY_TASKS = CHATCORE_TASKS + ["SpellingBee"]  # ChatCORE before nanochat 950a1dc (July 2026): the study's
 ROTARY_FACTOR = 10  # nanochat precomputes rotary tables for 10 * sequence_len positions
 DEFAULT_TASKS = os.path.join(os.path.dirname(os.path.dirname(HERE)), "dev", "data", "chat_tasks")
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -421,13 +424,13 @@ def main(argv=None):
         print(f"score_chat.py: error: {' '.join(str(e).split())}", file=sys.stderr)
         sys.exit(1)
     mean = sum(r["centered"] for r in results) / len(results)
-    complete = sorted(r["label"] for r in results) == sorted(CHATCORE_TASKS)
+    complete = sorted(r["label"] for r in results) in (sorted(CHATCORE_TASKS), sorted(STUDY_TASKS))
     print(f"{'task':<16} {'kind':<12} {'items':>5} {'accuracy':>9} {'baseline':>8} {'centered':>9}  stops")
     for r in results:
         stops = ", ".join(f"{k} {v}" for k, v in sorted(r.get("stops", {}).items()))
         print(f"{r['label']:<16} {r['kind']:<12} {r['n_items']:>5} {r['accuracy']:>9.4f} {r['baseline']:>8g} "
               f"{r['centered']:>9.4f}  {stops}")
-    name = "ChatCORE" if complete else f"mean centered accuracy ({len(results)} tasks; ChatCORE needs all 5)"
+    name = "ChatCORE" if complete else f"mean centered accuracy ({len(results)} tasks; ChatCORE needs all 5, or 6 with SpellingBee)"
     print(f"{name} {mean:.6f} ({args.dtype}, max new tokens {args.max_new_tokens}, seq_len {cfg.seq_len}, "
           f"{time.time() - t0:.1f}s)")
     if args.out:

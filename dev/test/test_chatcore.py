@@ -27,6 +27,8 @@ from xsatest import REPO, binary, check_one_error, read, run  # noqa: E402
 MODEL = "dev/reference/data/chat_model.safetensors"
 TASKS = "dev/data/chat_tasks"
 REFERENCE = "dev/reference/data/chat_scores.json"
+STUDY_TASKS = "dev/data/chat_tasks_study"  # the same with SpellingBee (16 items)
+STUDY_REFERENCE = "dev/reference/data/chat_scores_study.json"
 
 
 def chat_eval(*args):
@@ -36,12 +38,12 @@ def chat_eval(*args):
 class TestChatCore(xsatest.TempDirTest):
     PREFIX = "xsa_chatcore_"
 
-    def test_against_reference(self):
-        """chat_eval on the tiny chat model: every item's verdict, letter and 64-token greedy answer equal to the PyTorch
-        reference's (float64); ChatCORE printed and written to the CSV as the reference's"""
-        with open(os.path.join(REPO, REFERENCE)) as f:
+    def against_reference(self, tasks, reference, n_items, n_answers):
+        """chat_eval on the tiny chat model: every item's verdict, letter and greedy answer equal to the PyTorch
+        reference's (float64); ChatCORE printed and written to the CSV as the reference's. Returns the output."""
+        with open(os.path.join(REPO, reference)) as f:
             ref = json.load(f)
-        code, out = chat_eval("-c", TASKS, "--max-new", str(ref["max_new_tokens"]), "--answers", self.path("answers.jsonl"),
+        code, out = chat_eval("-c", tasks, "--max-new", str(ref["max_new_tokens"]), "--answers", self.path("answers.jsonl"),
                               "-o", self.path("chatcore.csv"))
         self.assertEqual(code, 0, out)
         with open(self.path("answers.jsonl"), encoding="utf-8", errors="replace") as f:
@@ -55,15 +57,28 @@ class TestChatCore(xsatest.TempDirTest):
                 same = o.get("correct") == item["correct"] and (o.get("pred") == item["pred"] if "pred" in item else o.get("answer") == item["completion"])
                 if not same:
                     differ.append("%s item %d: ours %s, reference %s" % (task["label"], i, o, {k: item.get(k) for k in ("correct", "pred", "completion")}))
-        with self.subTest("%d items: verdicts, letters and answers identical to the reference's" % compared):
-            self.assertTrue(compared == len(ours) == 32 and not differ, "%d compared, %d ours; differ:\n%s" % (compared, len(ours), "\n".join(differ)))
+        with self.subTest("%s: %d items: verdicts, letters and answers identical to the reference's" % (tasks, compared)):
+            self.assertTrue(compared == len(ours) == n_items and not differ, "%d compared, %d ours; differ:\n%s" % (compared, len(ours), "\n".join(differ)))
         answers = [o["answer"] for o in ours if "answer" in o]
         with self.subTest("the answers are real text: 64 tokens or fewer of several words each, one with a calculator call"):
-            self.assertTrue(len(answers) == 10 and sum(len(a) > 20 for a in answers) >= 8 and any("<|python_start|>" in a for a in answers), answers)
-        m = re.search(r"ChatCORE ([0-9.-]+) \| ChatCORE_cat ([0-9.-]+)", out)
+            self.assertTrue(len(answers) == n_answers and sum(len(a) > 20 for a in answers) >= 8 and any("<|python_start|>" in a for a in answers),
+                            answers)
+        m = re.search(r"ChatCORE ([0-9.-]+)( \(6 tasks with SpellingBee[^)]*\))? \| ChatCORE_cat ([0-9.-]+)", out)
         csv = read(self.path("chatcore.csv")).decode()
         with self.subTest("ChatCORE %.6f and the CSV as the reference's" % ref["chatcore"]):
             self.assertTrue(m and abs(float(m.group(1)) - ref["chatcore"]) < 1e-6 and ("ChatCORE,,,,,%.6f" % ref["chatcore"]) in csv, out + csv)
+        return out
+
+    def test_against_reference(self):
+        """the mini bundle (ChatCORE's five tasks): every item as the PyTorch reference scores it"""
+        out = self.against_reference(TASKS, REFERENCE, 32, 10)
+        self.assertNotIn("SpellingBee", out)
+
+    def test_study_bundle(self):
+        """the mini bundle with SpellingBee (ChatCORE before July 2026, the study's): every item as the reference scores it,
+        ChatCORE over the six tasks"""
+        out = self.against_reference(STUDY_TASKS, STUDY_REFERENCE, 48, 26)
+        self.assertIn("(6 tasks with SpellingBee: nanochat's ChatCORE before July 2026)", out)
 
     def test_ranks(self):
         """--ranks 2 splits the items and gives the same table"""
