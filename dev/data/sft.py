@@ -120,27 +120,38 @@ def split_label(spec):
 # Rows: the same dicts ({column: value}) from the hub's parquet files or from local JSON lines, so that
 # everything after loading is one code path.
 
+def read_text(path, missing=""):
+    """A UTF-8 text file's text; SftError if it is missing (`missing` says what to do), unreadable or not UTF-8."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise SftError(f"{path}: no such file{missing}")
+    except OSError as e:
+        raise SftError(f"{path}: cannot read ({e.strerror})")
+    except UnicodeDecodeError:
+        raise SftError(f"{path}: not UTF-8")
+
+
+def json_lines(path, missing=""):
+    """(line number, value) of every non-blank line of a JSON-lines file (blank lines, e.g. at the end, hold none)."""
+    out = []
+    for n, line in enumerate(read_text(path, missing).split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append((n, json.loads(line)))
+        except json.JSONDecodeError as e:
+            raise SftError(f"{path} line {n}: bad JSON ({e.msg})")
+    return out
+
+
 class JsonlRows:
     def __init__(self, spec, path):
         self.spec = spec
         self.path = path
         self.rows, self.lines = [], []
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except FileNotFoundError:
-            raise SftError(f"{path}: no such file (--source needs {', '.join(k + '.jsonl' for k in SPLITS)})")
-        except OSError as e:
-            raise SftError(f"{path}: cannot read ({e.strerror})")
-        except UnicodeDecodeError:
-            raise SftError(f"{path}: not UTF-8")
-        for n, line in enumerate(text.split("\n"), 1):
-            if not line.strip():
-                continue  # blank lines (e.g. the end of the file) hold no row
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise SftError(f"{path} line {n}: bad JSON ({e.msg})")
+        for n, row in json_lines(path, f" (--source needs {', '.join(k + '.jsonl' for k in SPLITS)})"):
             if not isinstance(row, dict):
                 raise SftError(f"{path} line {n}: a row must be a JSON object with the columns "
                                f"{', '.join(spec.columns)}")
@@ -288,15 +299,9 @@ class IdentityFile:
     """The identity conversations (tasks/customjson.py's input): one JSON list of messages per line."""
 
     def __init__(self, path):
-        self.path, self.items, self.lines = path, [], []
-        for n, line in enumerate(read_text(path).split("\n"), 1):
-            if not line.strip():
-                continue
-            try:
-                self.items.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise SftError(f"{path} line {n}: bad JSON ({e.msg})")
-            self.lines.append(n)
+        self.path = path
+        lines = json_lines(path)
+        self.lines, self.items = [n for n, _ in lines], [v for _, v in lines]
 
     def __len__(self):
         return len(self.items)
@@ -314,18 +319,6 @@ class WordList:
 
     def __len__(self):
         return len(self.words)
-
-
-def read_text(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise SftError(f"{path}: no such file")
-    except OSError as e:
-        raise SftError(f"{path}: cannot read ({e.strerror})")
-    except UnicodeDecodeError:
-        raise SftError(f"{path}: not UTF-8")
 
 
 # The study mixture's two files: {key: ((file name, URL), reader)}
