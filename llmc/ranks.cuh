@@ -59,7 +59,7 @@
 
 static const int MAX_RANKS = 64;
 static const size_t RANK_CHUNK = 1 << 20;       // elements per rank per round of the shared-memory all-reduce
-static const int RANKS_JOIN_TIMEOUT_S = 300;    // launched ranks: the longest wait for the others at the rendezvous
+static int g_join_timeout_s = 300;  // launched ranks: the longest wait for the others at the rendezvous (XSA_RENDEZVOUS_TIMEOUT)
 static const uint32_t RENDEZVOUS_MAGIC = 20261204u;  // the rendezvous file's first word
 
 // What rank 0 says to the others when they meet: the header of the shared mapping or rendezvous file.
@@ -127,10 +127,10 @@ static inline void ranks_check_peers(double waiting_since_ms, const char* rendez
         joined++;
         if (r != g_ranks.rank && process_ended(pid)) fail("rank %d (process %d) has ended; stopping", r, (int)pid);
     }
-    if (joined < g_ranks.world && wall_ms() - waiting_since_ms > RANKS_JOIN_TIMEOUT_S * 1000.0)
+    if (joined < g_ranks.world && wall_ms() - waiting_since_ms > g_join_timeout_s * 1000.0)
         fail("%d of %d ranks joined at the rendezvous file '%s' in %d s (on the CPU backend every rank must run on this machine; "
              "across machines, build with MPI and start the ranks with mpirun or srun)",
-             joined, g_ranks.world, rendezvous, RANKS_JOIN_TIMEOUT_S);
+             joined, g_ranks.world, rendezvous, g_join_timeout_s);
 }
 
 static std::string g_rendezvous_path;  // launched ranks meeting in a file: its path, for messages
@@ -308,7 +308,7 @@ static inline const char* ranks_from_launcher() {
 }
 
 // Launched ranks without MPI meet in a file: rank 0 writes it whole under a temporary name and then links
-// it to `path`, so that the others never read it half-written; they wait for it (RANKS_JOIN_TIMEOUT_S at
+// it to `path`, so that the others never read it half-written; they wait for it (g_join_timeout_s at
 // most) and check it. Returns its descriptor, with `head` filled in (the others: from the file).
 static inline int rendezvous_file(const std::string& path, RendezvousHeader* head) {
     const size_t bytes = head->slot_elems > 0 ? rank_shared_bytes(g_ranks.world, (size_t)head->slot_elems) : sizeof(RankShared);
@@ -332,7 +332,7 @@ static inline int rendezvous_file(const std::string& path, RendezvousHeader* hea
     int fd;
     while ((fd = open(path.c_str(), O_RDWR)) < 0) {
         if (errno != ENOENT) fail("--rendezvous: cannot open '%s': %s", path.c_str(), strerror(errno));
-        if (wall_ms() - since > RANKS_JOIN_TIMEOUT_S * 1000.0) fail("--rendezvous: rank 0 has not made '%s' in %d s", path.c_str(), RANKS_JOIN_TIMEOUT_S);
+        if (wall_ms() - since > g_join_timeout_s * 1000.0) fail("--rendezvous: rank 0 has not made '%s' in %d s", path.c_str(), g_join_timeout_s);
         usleep(100 * 1000);
     }
     RendezvousHeader found;
@@ -446,6 +446,7 @@ static inline void ranks_launch(int forked_world, const std::string& rendezvous)
         fail("--ranks %d: this process is already rank %d of %d, started by %s; use one or the other", forked_world, g_ranks.rank, g_ranks.world, launcher);
     if (launcher != nullptr && g_ranks.world > 1) {
         g_ranks.launched = true;
+        g_join_timeout_s = env_int("XSA_RENDEZVOUS_TIMEOUT", g_join_timeout_s);
         g_rendezvous_path = rendezvous;
         if (g_ranks.transport != RANKS_MPI && rendezvous.empty())
             fail("rank %d of %d (started by %s) has no way to meet the others: pass --rendezvous FILE (a path every rank can reach; "

@@ -265,6 +265,15 @@ class TestLaunchErrors(TempDirTest):
                        "without MPI they must all run on one machine")
         self.one_error({}, rdv, "--rendezvous is for ranks started by a launcher")
 
+    def test_join_timeout(self):
+        """a rank whose peers never come: rank 1 without rank 0's file, rank 0 without rank 1, each stops after
+        XSA_RENDEZVOUS_TIMEOUT seconds (here 1) with one error line"""
+        env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "XSA_RENDEZVOUS_TIMEOUT": "1"}
+        self.one_error(env, "--rendezvous " + self.q("never"), "--rendezvous: rank 0 has not made '%s' in 1 s" % self.path("never"))
+        self.one_error(dict(env, RANK="0", LOCAL_RANK="0"), "--rendezvous " + self.q("alone"),
+                       "1 of 2 ranks joined at the rendezvous file '%s' in 1 s" % self.path("alone"))
+        self.one_error(dict(env, XSA_RENDEZVOUS_TIMEOUT="soon"), "--rendezvous " + self.q("x"), "XSA_RENDEZVOUS_TIMEOUT=soon is not a non-negative integer")
+
     def test_bad_rendezvous_file(self):
         env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}
         self.write("left", "a file left behind")
