@@ -77,6 +77,7 @@ struct RendezvousHeader {
 struct alignas(64) RankShared {
     RendezvousHeader head;
     int32_t pids[MAX_RANKS];            // each rank's process id once it has joined (launched ranks check that their peers live)
+    uint64_t pid_spaces[MAX_RANKS];     // the PID namespace that id is in (a peer in another, e.g. another container, is not checked)
     std::atomic<uint32_t> arrived;      // ranks at the barrier now
     std::atomic<uint32_t> generation;   // barriers completed
 };
@@ -125,7 +126,8 @@ static inline void ranks_check_peers(double waiting_since_ms, const char* rendez
         const pid_t pid = __atomic_load_n(&g_ranks.shared->pids[r], __ATOMIC_ACQUIRE);
         if (pid == 0) continue;
         joined++;
-        if (r != g_ranks.rank && process_ended(pid)) fail("rank %d (process %d) has ended; stopping", r, (int)pid);
+        const bool visible = g_ranks.shared->pid_spaces[r] == g_ranks.shared->pid_spaces[g_ranks.rank];
+        if (r != g_ranks.rank && visible && process_ended(pid)) fail("rank %d (process %d) has ended; stopping", r, (int)pid);
     }
     if (joined < g_ranks.world && wall_ms() - waiting_since_ms > g_join_timeout_s * 1000.0)
         fail("%d of %d ranks joined at the rendezvous file '%s' in %d s (on the CPU backend every rank must run on this machine; "
@@ -396,7 +398,9 @@ static inline void ranks_join_shared_memory(const std::string& path) {
     if (map == MAP_FAILED) fail("--rendezvous: cannot map '%s': %s", path.c_str(), strerror(errno));
     close(fd);
     ranks_use_mapping(map, RANK_CHUNK);
-    __atomic_store_n(&g_ranks.shared->pids[g_ranks.rank], (int32_t)getpid(), __ATOMIC_RELEASE);
+    struct stat ns;
+    g_ranks.shared->pid_spaces[g_ranks.rank] = stat("/proc/self/ns/pid", &ns) == 0 ? (uint64_t)ns.st_ino : 0;
+    __atomic_store_n(&g_ranks.shared->pids[g_ranks.rank], (int32_t)getpid(), __ATOMIC_RELEASE);  // after its namespace
     g_ranks.transport = RANKS_SHARED_MEMORY;
     ranks_barrier();  // all have joined
     if (g_ranks.rank == 0) unlink(path.c_str());
