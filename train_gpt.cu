@@ -381,6 +381,7 @@ struct OptimizerLayout {
     std::vector<std::vector<size_t>> groups;  // the Muon groups (tensor indices, table order)
     std::vector<int> owner;                   // per tensor: the rank that updates it, -1: split by rows, or every rank (AdamW)
     std::vector<RankRange> owners;            // the parameters (offsets into the flat buffers) by the rank that updates them
+    std::vector<size_t> first_owner;          // per tensor (and one past the last): tensor i's ranges are owners[first_owner[i] ..]
     std::vector<size_t> own_begin, own_end;   // per tensor: the elements this rank updates
     std::vector<size_t> state_m, state_v;     // per tensor: where its state is in this rank's (AdamW m and v; Muon momentum and NorMuon state)
     std::vector<size_t> full_m, full_v;       // the same in the checkpoint's layout: the whole state, as with shards = 1
@@ -409,6 +410,7 @@ static OptimizerLayout optimizer_layout(const std::vector<ParamTensor>& table, b
     }
     for (size_t i = 0; i < n; i++) {
         const ParamTensor& t = table[i];
+        L.first_owner.push_back(L.owners.size());
         if (L.muon[i]) {
             L.owners.push_back({t.offset, t.offset + t.numel, L.owner[i]});
             L.own_end[i] = L.owner[i] == rank ? t.numel : 0;
@@ -422,6 +424,7 @@ static OptimizerLayout optimizer_layout(const std::vector<ParamTensor>& table, b
             L.own_end[i] = t.numel;
         }
     }
+    L.first_owner.push_back(L.owners.size());
     // the state: the AdamW tensors' (m, v) in table order, then each Muon group's momentum (K, rows, cols) and
     // NorMuon state (K, rows or cols); a rank's holds only its part, the checkpoint's all of it
     auto lay_out = [&](bool full, std::vector<size_t>* m, std::vector<size_t>* v) {
@@ -1293,13 +1296,13 @@ static void optimizer_overlap_reduction(Optimizer* opt, GPT* model) {
 #ifdef __CUDACC__
     if (g_ranks.world == 1) return;
     const int L = model->config.n_layer;
+    const OptimizerLayout& layout = opt->layout;
     opt->buckets.assign(L + 2, {});
-    for (const RankRange& r : opt->layout.owners) {
-        size_t i = 0;  // the tensor of the range
-        while (model->table[i].offset + model->table[i].numel <= r.begin) i++;
-        // sharded: each part to its rank; replicated: every part to every rank
-        opt->buckets[gradient_bucket(model->table[i].name, L)].push_back({r.begin, r.end, opt->shards > 1 ? r.owner : -1});
-    }
+    for (size_t i = 0; i < model->table.size(); i++)
+        for (size_t k = layout.first_owner[i]; k < layout.first_owner[i + 1]; k++) {
+            const RankRange& r = layout.owners[k];  // sharded: each part to its rank; replicated: every part to every rank
+            opt->buckets[gradient_bucket(model->table[i].name, L)].push_back({r.begin, r.end, opt->shards > 1 ? r.owner : -1});
+        }
     model->grad_marks.assign(L + 1, nullptr);
     for (cudaEvent_t& e : model->grad_marks) cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&opt->backward_done, cudaEventDisableTiming));
@@ -1408,11 +1411,12 @@ static std::vector<float> optimizer_full_state(const Optimizer* opt, GPT* model)
         const size_t second = L.muon[i] ? normuon_state_size((int)t.shape[0], (int)t.shape[1]) : t.numel;
         const struct { float* mine; size_t len, full_at; } parts[2] = {{opt->m[i], t.numel, L.full_m[i]}, {opt->v[i], second, L.full_v[i]}};
         for (const auto& part : parts) {
-            if (own > 0) backend_copy(scratch + L.own_begin[i], part.mine, (own == t.numel ? part.len : own) * sizeof(float));
+            if (own > 0) backend_copy(scratch + L.own_begin[i], part.mine, (L.muon[i] ? part.len : own) * sizeof(float));
             std::vector<RankRange> from;  // the part's elements by the rank that holds them (-1: every rank)
-            for (const RankRange& r : L.owners)
-                if (r.begin >= t.offset && r.end <= t.offset + t.numel)
-                    from.push_back({r.begin - t.offset, L.muon[i] ? part.len : r.end - t.offset, r.owner});
+            for (size_t k = L.first_owner[i]; k < L.first_owner[i + 1]; k++) {
+                const RankRange& r = L.owners[k];
+                from.push_back({r.begin - t.offset, L.muon[i] ? part.len : r.end - t.offset, r.owner});
+            }
             if (opt->shards > 1) ranks_exchange_floats(scratch, from, RANKS_BROADCAST);
             if (g_ranks.rank == 0) backend_download(full.data() + part.full_at, scratch, part.len * sizeof(float));
         }

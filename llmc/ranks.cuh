@@ -589,16 +589,7 @@ static inline void ranks_exchange_floats(float* x, const std::vector<RankRange>&
 }
 
 // x (n floats of backend memory) = the sum over the ranks of x, the same on every rank.
-static inline void ranks_sum_floats(float* x, size_t n) {
-    if (g_ranks.world == 1) return;
-#if defined(__CUDACC__) && defined(XSA_NCCL)
-    ncclCheck(ncclAllReduce(x, x, n, ncclFloat, ncclSum, g_ranks.comm, g_backend.stream));
-#elif defined(__CUDACC__)
-    (void)x, (void)n;  // not reached: without NCCL, ranks_launch refuses several ranks
-#else
-    ranks_exchange_host(x, {{0, n, -1}}, RANKS_REDUCE, g_ranks.float_slots);
-#endif
-}
+static inline void ranks_sum_floats(float* x, size_t n) { ranks_exchange_floats(x, {{0, n, -1}}, RANKS_REDUCE); }
 
 // x (n doubles of host memory) = the sum over the ranks of x, the same on every rank; synchronous.
 static inline void ranks_sum_doubles(double* x, size_t n) {
