@@ -2488,6 +2488,8 @@ static void save_checkpoint(const std::string& path, GPT* model, const Optimizer
     meta["train_ms"] = buf;
     meta["evals_done"] = loop.evals_done ? "1" : "0";
     meta["data"] = data_fingerprint(train);
+    const std::string matmul_choices = backend_matmul_choices();  // CUDA: so that a resumed run computes as this one
+    if (!matmul_choices.empty()) meta["matmul_choices"] = matmul_choices;
     std::vector<SafeTensorOut> tensors;
     gpt_params_to_host(model);
     check_weights_finite(model, ("at step " + std::to_string(loop.step)).c_str());
@@ -2567,6 +2569,7 @@ static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt,
     loop->smooth_loss = metadata_double(f, "smooth_loss");
     loop->train_ms = metadata_double(f, "train_ms");
     loop->evals_done = metadata_int(f, "evals_done", 0, 1) == 1;
+    if (f.metadata.count("matmul_choices")) backend_matmul_restore_choices(f.meta("matmul_choices"), path.c_str());
 }
 
 // The checkpoint with the highest step in dir ("" if none): only names exactly ckpt_<digits>.safetensors
@@ -2713,6 +2716,9 @@ static const char* const USAGE =
         "Debugging (CUDA backend; no effect on the CPU)\n"
         "  --xsa-fused 0|1        XSA inside attention's kernels (default 1) or as its own kernels\n"
         "  --cuda-graphs 0|1      replay each training micro-step as a CUDA graph (default 1)\n"
+        "  --matmul-tune 0|1      time cuBLASLt's candidate algorithms for each GEMM of the first micro-step and\n"
+        "                         keep the fastest (default 1; checkpoints record the choice), or take the\n"
+        "                         heuristic's first (0: two fresh runs then match bit for bit)\n"
         "  -h, --help             this text\n";
 
 // The documented option nearest to an unknown one, from USAGE, so the list of options has one source; ""
@@ -2762,6 +2768,7 @@ struct Args {
     int save_every = -1;
     bool xsa_fused = true;
     bool cuda_graphs = true;
+    bool matmul_tune = true;
     int ranks = 1;
     std::string rendezvous;
     bool shard_optimizer = true;
@@ -2854,6 +2861,7 @@ static Args parse_args(int argc, char** argv) {
         else if (flag == "--xsa-layers") xsa_layers = value, xsa_layers_given = true;
         else if (flag == "--xsa-fused") args.xsa_fused = parse_bool(f, value);
         else if (flag == "--cuda-graphs") args.cuda_graphs = parse_bool(f, value);
+        else if (flag == "--matmul-tune") args.matmul_tune = parse_bool(f, value);
         else if (flag == "--ranks") args.ranks = parse_int32(f, value);
         else if (flag == "--rendezvous") args.rendezvous = value;
         else if (flag == "--shard-optimizer") args.shard_optimizer = parse_bool(f, value);
@@ -3402,11 +3410,12 @@ static void run_setup_sft(Run* run) {
 }
 
 // Before training: one micro-step timed on a batch of BOS tokens (on CUDA the second of two, the first
-// paying for the graph capture and cuBLASLt's set-up) gives the estimate of a step (x the micro-batches;
-// the update and the ranks' sums are not counted) and of the run's remaining steps, and of its bpb
-// evaluations (forward only: about a third of a micro-step per batch). CORE is not counted. Warns when the
-// run would take more than a day. Nothing of the run changes: train_step clears the gradients and the
-// step's sums, and the grad scale is the run's own, so a captured graph is reused.
+// paying for cuBLASLt's set-up -- with --matmul-tune, the timing of its candidates; every rank then takes
+// rank 0's choices -- and the second for the graph capture) gives rank 0's estimate of a step (x the
+// micro-batches; the update and the ranks' sums are not counted) and of the run's remaining steps, and of
+// its bpb evaluations (forward only: about a third of a micro-step per batch). CORE is not counted. Warns
+// when the run would take more than a day. Every rank runs it. Nothing of the run changes: train_step
+// clears the gradients and the step's sums, and the grad scale is the run's own, so a captured graph is reused.
 static void run_estimate(Run* run) {
     const int first = run->loop.step, n = run->num_steps, every = run->args.eval_every;
     if (first >= n) return;
@@ -3415,11 +3424,17 @@ static void run_estimate(Run* run) {
     double micro_ms = 0.0;
     for (int i = 0; i < (sizeof(floatX) == sizeof(float) ? 1 : 2); i++) {
         const double t0 = wall_ms();
+        backend_matmul_tune(i == 0 && run->args.matmul_tune);
         gpt_train_micro_step(&run->model, bos.data(), bos.data(), run->B, run->T, grad_scale);
+        backend_matmul_tune(false);
         float sum;
         backend_download(&sum, run->model.step_sums, sizeof sum);  // waits for the device
         micro_ms = wall_ms() - t0;
+        if (i == 0 && g_ranks.world > 1) backend_matmul_take_chosen(ranks_gather(backend_matmul_chosen())[0]);
     }
+    if (g_ranks.rank != 0) return;
+    const std::string matmul_summary = backend_matmul_summary();
+    if (!matmul_summary.empty()) printf("%s\n", matmul_summary.c_str());
     int evals = 0;  // the bpb evaluations still to run: every `every` steps and at the last
     for (int step = first; step <= n; step++) evals += step == n || step % every == 0;
     const double step_s = run->accum * micro_ms / 1000.0, train_s = (n - first) * step_s;
@@ -3639,7 +3654,7 @@ int main(int argc, char** argv) {
         run_setup_data(&run);
         run_setup_model(&run);
     }
-    if (g_ranks.rank == 0) run_estimate(&run);
+    run_estimate(&run);
     run.flops_per_step = flops_per_token(a.config) * (double)run.plan.total_batch;
     run.peak_flops = backend_peak_flops() * g_ranks.world;  // MFU of all the ranks' GPUs together
     ranks_setup_done();

@@ -358,6 +358,59 @@ static inline void backend_graph_run(BackendGraph* g, const std::vector<uintptr_
 #endif
 }
 
+// cuBLASLt's algorithm for each GEMM (llmc/matmul.cuh, matmul_choose); the CPU backend has none to choose.
+// backend_matmul_tune: new GEMM shapes time cuBLASLt's candidates and keep the fastest (while on);
+// backend_matmul_choices / _restore_choices: the choices as text for a checkpoint, and taken back on resume;
+// backend_matmul_summary: a line on them ("" if none);
+// backend_matmul_chosen / _take_chosen: the choices in the order made, for the ranks to take rank 0's.
+static inline void backend_matmul_tune(bool on) {
+#ifdef __CUDACC__
+    g_matmul.tune = on;
+#else
+    (void)on;
+#endif
+}
+
+static inline std::string backend_matmul_choices() {
+#ifdef __CUDACC__
+    return matmul_cuda_choices();
+#else
+    return "";
+#endif
+}
+
+static inline void backend_matmul_restore_choices(const std::string& text, const char* source) {
+#ifdef __CUDACC__
+    matmul_cuda_restore_choices(text, source);
+#else
+    (void)text, (void)source;  // a CUDA run's checkpoint resumed on the CPU: nothing to choose
+#endif
+}
+
+static inline std::string backend_matmul_summary() {
+#ifdef __CUDACC__
+    return matmul_cuda_choices_summary();
+#else
+    return "";
+#endif
+}
+
+static inline std::vector<int64_t> backend_matmul_chosen() {
+#ifdef __CUDACC__
+    return matmul_cuda_chosen();
+#else
+    return {};
+#endif
+}
+
+static inline void backend_matmul_take_chosen(const std::vector<int64_t>& chosen) {
+#ifdef __CUDACC__
+    matmul_cuda_take_chosen(chosen);
+#else
+    (void)chosen;
+#endif
+}
+
 #ifdef __CUDACC__
 // Scratch for the reductions and the attention backward of a (B, T) batch (CUDA only): the most any op
 // that takes g_backend.scratch needs, each op's size from its own header. The ops run one after another

@@ -408,10 +408,11 @@ static inline void matmul_backward_cpu(float* dinp, float* dweight, const float*
 //   D (M, N) = op(A) (M, K) @ op(B) (K, N)   <=>   D^T (N, M) = op(B)^T (N, K) @ op(A)^T (K, M)
 // i.e. cuBLASLt's first operand is our B and its second our A, with m = N, n = M, k = K.
 //
-// Plans (matmul descriptor, the A/B/C/D layouts and the algorithm from the heuristic) are cached per
-// key = (M, N, K, transposes, output dtype, batch count and strides, C == D, the alignment of every
-// pointer, the allowed reduction schemes). Building a plan costs a heuristic query (tens of us); after the
-// first step every call is a map lookup plus cublasLtMatmul, and nothing is allocated.
+// Plans (matmul descriptor, the A/B/C/D layouts and the algorithm: the heuristic's first candidate, or the
+// fastest when tuning, see matmul_choose) are cached per key = (M, N, K, transposes, output dtype, batch count
+// and strides, C == D, the alignment of every pointer, the allowed reduction schemes). Building a plan
+// costs a heuristic query (tens of us); after the first step every call is a map lookup plus
+// cublasLtMatmul, and nothing is allocated.
 //
 // Determinism. cuBLAS documents run-to-run bitwise reproducibility for a given toolkit, architecture and
 // SM count when the caller owns the workspace and one stream is active (we own the workspace; every
@@ -431,6 +432,9 @@ static inline void matmul_backward_cpu(float* dinp, float* dweight, const float*
 #include <cublasLt.h>
 #include <map>
 #include <array>
+#include <algorithm>
+#include <string>
+#include <vector>
 #include "cuda_common.cuh"
 
 #define cublasCheck(call) cublas_check((call), __FILE__, __LINE__)
@@ -447,13 +451,16 @@ struct MatmulPlan {
     cublasLtMatrixLayout_t layout_a = nullptr, layout_b = nullptr, layout_cd = nullptr;  // cuBLASLt's A, B, C=D
     cublasLtMatmulAlgo_t algo;
     size_t workspace = 0;
-    // what the heuristic chose, for matmul_cuda_print_plans
-    int algo_id = 0, tile_id = 0, splitk = 1, stages_id = 0;
+    // the candidate it runs (matmul_plan_take), for matmul_cuda_print_plans
+    int chosen = 0, algo_id = 0, tile_id = 0, splitk = 1, stages_id = 0;
     uint32_t reduction = 0;
     float waves = 0.0f;
-    // every candidate of the heuristic that our rules accept, best first (algo is the first): what
-    // dev/cuda/matmul_check.cu times one by one at the model's shapes
+    // every candidate of the heuristic that our rules accept, best first: what matmul_choose and
+    // dev/cuda/matmul_check.cu time one by one
     std::vector<cublasLtMatmulHeuristicResult_t> usable;
+    // how the candidate was chosen, and (tuned) each usable candidate's ms, -1 where cuBLASLt refused it
+    enum { HEURISTIC, TUNED, RECORDED } how = HEURISTIC;
+    std::vector<float> tune_ms;
 };
 
 // key: M, N, K, transA, transB, D fp32, batch, strideA, strideB, strideCD, C == D, alignA, alignB, alignCD, mask
@@ -464,6 +471,10 @@ struct MatmulState {
     void* workspace = nullptr;
     std::map<MatmulKey, MatmulPlan> plans;
     MatmulPlan* last = nullptr;  // the plan of the latest matmul_lt call (for the harness)
+    bool tune = false;                   // new plans time their candidates (matmul_choose)
+    std::map<MatmulKey, int> recorded;   // choices to take again (matmul_cuda_restore_choices)
+    std::vector<MatmulKey> chosen_keys;  // the plans tuned or recorded, in the order they were made
+    cudaEvent_t tune_events[2] = {nullptr, nullptr};
 };
 static MatmulState g_matmul;
 
@@ -483,11 +494,31 @@ static inline long long matmul_alignment(const void* p, long long stride_elems, 
     return (long long)(a & (~a + 1));  // lowest set bit
 }
 
+// Makes the plan run its usable candidate i, and reads back what that candidate is.
+static inline void matmul_plan_take(MatmulPlan* plan, int i) {
+    const cublasLtMatmulHeuristicResult_t& r = plan->usable[i];
+    plan->chosen = i;
+    plan->algo = r.algo;
+    plan->workspace = r.workspaceSize;
+    plan->waves = r.wavesCount;
+    int32_t splitk = 1;
+    uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+    size_t written = 0;
+    cublasCheck(cublasLtMatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_ID, &plan->algo_id, sizeof(plan->algo_id), &written));
+    cublasCheck(cublasLtMatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &plan->tile_id, sizeof(plan->tile_id), &written));
+    cublasCheck(cublasLtMatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &plan->stages_id, sizeof(plan->stages_id), &written));
+    cublasCheck(cublasLtMatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof(splitk), &written));
+    cublasCheck(cublasLtMatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme), &written));
+    plan->splitk = splitk;
+    plan->reduction = splitk > 1 ? scheme : (uint32_t)CUBLASLT_REDUCTION_SCHEME_NONE;
+}
+
 static inline MatmulPlan& matmul_plan(const MatmulKey& key, int M, int N, int K, bool transA, bool transB, bool d_fp32,
                                       int batch, long long strideA, long long strideB, long long strideCD, bool in_place,
-                                      uint32_t alignA, uint32_t alignB, uint32_t alignCD) {
+                                      uint32_t alignA, uint32_t alignB, uint32_t alignCD, bool* made) {
     auto it = g_matmul.plans.find(key);
-    if (it != g_matmul.plans.end()) return it->second;
+    *made = it == g_matmul.plans.end();
+    if (!*made) return it->second;
     if (g_matmul.handle == nullptr) fail("matmul: matmul_cuda_init was not called");
 
     MatmulPlan plan;
@@ -535,9 +566,8 @@ static inline MatmulPlan& matmul_plan(const MatmulKey& key, int M, int N, int K,
                                                        plan.layout_cd, pref, REQUESTED, results, &returned);
     cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
     if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(st);
-    // heuristic order is best first; take the first that is deterministic by our rules (the mask should
+    // heuristic order is best first; keep those that are deterministic by our rules (the mask should
     // already guarantee it: this re-check turns a library surprise into an error instead of silent atomics)
-    int chosen = -1;
     for (int i = 0; i < returned; i++) {
         if (results[i].state != CUBLAS_STATUS_SUCCESS || results[i].workspaceSize > MATMUL_WORKSPACE_BYTES) continue;
         int32_t splitk = 1;
@@ -552,23 +582,95 @@ static inline MatmulPlan& matmul_plan(const MatmulKey& key, int M, int N, int K,
             if (!oop) continue;
         }
         plan.usable.push_back(results[i]);
-        if (chosen >= 0) continue;
-        chosen = i;
-        plan.splitk = splitk;
-        plan.reduction = splitk > 1 ? scheme : (uint32_t)CUBLASLT_REDUCTION_SCHEME_NONE;
     }
-    if (chosen < 0)
+    if (plan.usable.empty())
         fail("matmul: cuBLASLt has no deterministic algorithm for M=%d N=%d K=%d transA=%d transB=%d out=%s batch=%d "
              "(alignment A %u B %u C/D %u bytes, %d candidates)", M, N, K, (int)transA, (int)transB, d_fp32 ? "fp32" : "bf16",
              batch, alignA, alignB, alignCD, returned);
-    plan.algo = results[chosen].algo;
-    plan.workspace = results[chosen].workspaceSize;
-    plan.waves = results[chosen].wavesCount;
-    size_t written = 0;
-    cublasCheck(cublasLtMatmulAlgoConfigGetAttribute(&plan.algo, CUBLASLT_ALGO_CONFIG_ID, &plan.algo_id, sizeof(plan.algo_id), &written));
-    cublasCheck(cublasLtMatmulAlgoConfigGetAttribute(&plan.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &plan.tile_id, sizeof(plan.tile_id), &written));
-    cublasCheck(cublasLtMatmulAlgoConfigGetAttribute(&plan.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &plan.stages_id, sizeof(plan.stages_id), &written));
+    matmul_plan_take(&plan, 0);
     return g_matmul.plans.emplace(key, plan).first->second;
+}
+
+// Which usable candidate a new plan runs. cuBLASLt's heuristic ranks its candidates with a model of the
+// GPU, not by measurement, and at some shapes a later one is faster (dev/cuda/matmul_check.cu times them all
+// at the model's shapes). With g_matmul.tune on (train_gpt turns it on for its first micro-step:
+// --matmul-tune), a new plan times every usable candidate on the call's own operands -- one warm-up run,
+// then the median of MATMUL_TUNE_RUNS -- and keeps the fastest; the heuristic's first stays unless another is
+// at least MATMUL_TUNE_MARGIN faster, so that noise does not pick between equals. A GEMM that reads its
+// output (in place, beta != 0) is timed on a copy of it, so the call's result is untouched. Only usable
+// candidates compete, so every choice keeps the determinism rules above.
+// A choice is an index into the heuristic's list, which is the same for the same GPU, shape and library:
+// checkpoints record the choices (matmul_cuda_choices) and a resumed run takes them again
+// (matmul_cuda_restore_choices), so it goes on bit-identically; the ranks of a run all take rank 0's
+// (matmul_cuda_chosen / matmul_cuda_take_chosen). Two fresh runs may choose differently where candidates
+// are close, and then differ in the GEMMs' rounding: --matmul-tune 0 keeps the heuristic's first.
+static const int MATMUL_TUNE_RUNS = 5;
+static const float MATMUL_TUNE_MARGIN = 0.02f;
+
+// Milliseconds of the GEMM with candidate `cand` (the median of MATMUL_TUNE_RUNS after a warm-up run), or -1
+// if cuBLASLt refuses to run it.
+static inline float matmul_time_candidate(const MatmulPlan& plan, const cublasLtMatmulHeuristicResult_t& cand, void* D, const void* C,
+                                          const floatX* A, const floatX* B, float alpha, float beta, cudaStream_t stream) {
+    if (g_matmul.tune_events[0] == nullptr)
+        for (cudaEvent_t& e : g_matmul.tune_events) cudaCheck(cudaEventCreate(&e));
+    std::vector<float> ms;
+    for (int run = 0; run <= MATMUL_TUNE_RUNS; run++) {
+        cudaCheck(cudaEventRecord(g_matmul.tune_events[0], stream));
+        if (cublasLtMatmul(g_matmul.handle, plan.desc, &alpha, B, plan.layout_a, A, plan.layout_b, &beta, C, plan.layout_cd, D,
+                           plan.layout_cd, &cand.algo, g_matmul.workspace, cand.workspaceSize, stream) != CUBLAS_STATUS_SUCCESS)
+            return -1.0f;
+        cudaCheck(cudaEventRecord(g_matmul.tune_events[1], stream));
+        cudaCheck(cudaEventSynchronize(g_matmul.tune_events[1]));
+        float t = 0.0f;
+        cudaCheck(cudaEventElapsedTime(&t, g_matmul.tune_events[0], g_matmul.tune_events[1]));
+        if (run > 0) ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+}
+
+// A new plan's choice: recorded, tuned, or the heuristic's first (see above). d_bytes: D's size in bytes.
+static inline void matmul_choose(MatmulPlan* plan, const MatmulKey& key, void* D, const void* C, const floatX* A, const floatX* B,
+                                 float alpha, float beta, size_t d_bytes, cudaStream_t stream) {
+    const auto rec = g_matmul.recorded.find(key);
+    if (rec != g_matmul.recorded.end()) {
+        if (rec->second < (int)plan->usable.size()) {
+            matmul_plan_take(plan, rec->second);
+            plan->how = MatmulPlan::RECORDED;
+            g_matmul.chosen_keys.push_back(key);
+            return;
+        }
+        printf("warning: matmul M=%lld N=%lld K=%lld: the recorded choice is candidate #%d, but cuBLASLt offers %zu here (another "
+                "GPU or library?); %s, so the run may differ from the recorded one in the last bits\n", key[0], key[1], key[2], rec->second,
+                plan->usable.size(), g_matmul.tune ? "tuning again" : "taking the heuristic's first");
+    }
+    if (!g_matmul.tune || plan->usable.size() < 2) return;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    cudaCheck(cudaStreamIsCapturing(stream, &capture));
+    if (capture != cudaStreamCaptureStatusNone) return;  // nothing can be timed inside a capture
+    void* scratch = nullptr;
+    if (C == D && beta != 0.0f) {  // time on a copy of D: the runs would otherwise add into it
+        if (cuda_malloc(&scratch, d_bytes) != cudaSuccess) {
+            (void)cudaGetLastError();  // clears the failed allocation's error; the plan keeps the heuristic's first
+            printf("warning: matmul M=%lld N=%lld K=%lld not tuned: no device memory for a %.1f MiB copy of its output\n", key[0],
+                    key[1], key[2], d_bytes / 1048576.0);
+            return;
+        }
+        cudaCheck(cudaMemcpyAsync(scratch, D, d_bytes, cudaMemcpyDeviceToDevice, stream));
+        D = scratch;
+        C = scratch;
+    }
+    plan->tune_ms.clear();
+    int best = 0;
+    for (size_t i = 0; i < plan->usable.size(); i++) {
+        plan->tune_ms.push_back(matmul_time_candidate(*plan, plan->usable[i], D, C, A, B, alpha, beta, stream));
+        const float t = plan->tune_ms.back(), t_best = plan->tune_ms[best];
+        if (t >= 0.0f && (t_best < 0.0f || t < (best == 0 ? (1.0f - MATMUL_TUNE_MARGIN) * t_best : t_best))) best = (int)i;
+    }
+    cuda_free(scratch);
+    matmul_plan_take(plan, best);
+    plan->how = MatmulPlan::TUNED;
+    g_matmul.chosen_keys.push_back(key);
 }
 
 // The one GEMM of the CUDA backend, row-major, strided-batched:
@@ -589,8 +691,10 @@ static inline void matmul_lt(void* D, bool d_fp32, const void* C, const floatX* 
     if (batch == 1) strideA = strideB = strideCD = 0;  // not part of the problem
     MatmulKey key = {M, N, K, transA, transB, d_fp32, batch, strideA, strideB, strideCD, in_place, alA, alB, alCD,
                      (long long)g_matmul_reduction_mask};
+    bool made = false;
     MatmulPlan& plan = matmul_plan(key, M, N, K, transA, transB, d_fp32, batch, strideA, strideB, strideCD, in_place,
-                                   (uint32_t)alA, (uint32_t)alB, (uint32_t)alCD);
+                                   (uint32_t)alA, (uint32_t)alB, (uint32_t)alCD, &made);
+    if (made) matmul_choose(&plan, key, D, C, A, B, alpha, beta, ((size_t)(batch - 1) * strideCD + (size_t)M * N) * d_bytes, stream);
     g_matmul.last = &plan;
     cublasCheck(cublasLtMatmul(g_matmul.handle, plan.desc, &alpha, B, plan.layout_a, A, plan.layout_b, &beta, C,
                                plan.layout_cd, D, plan.layout_cd, &plan.algo, g_matmul.workspace, plan.workspace, stream));
@@ -636,17 +740,103 @@ static inline void gemm_strided_batched_bf16_cuda(floatX* D, const floatX* C, co
     matmul_lt(D, false, C, A, B, M, N, K, transA, transB, alpha, beta, batch, strideA, strideB, strideCD, stream);
 }
 
-// One line per cached plan: the problem and what cuBLASLt chose for it (algorithm, tile, split-K, reduction).
+// One line per cached plan: the problem and what cuBLASLt chose for it (algorithm, tile, split-K, reduction),
+// and how: the heuristic's first, tuned (with every candidate's ms, the chosen one marked *), or recorded.
 static inline void matmul_cuda_print_plans(FILE* f) {
     for (const auto& kv : g_matmul.plans) {
         const MatmulKey& k = kv.first;
         const MatmulPlan& p = kv.second;
-        fprintf(f, "  M=%-6lld N=%-6lld K=%-6lld tA=%lld tB=%lld out=%s batch=%-3lld %s align=%lld/%lld/%lld | algo %d tile %d "
-                "stages %d splitK %d reduction %s waves %.2f ws %zu\n",
+        fprintf(f, "  M=%-6lld N=%-6lld K=%-6lld tA=%lld tB=%lld out=%s batch=%-3lld %s align=%lld/%lld/%lld | #%d of %zu: algo %d tile %d "
+                "stages %d splitK %d reduction %s waves %.2f ws %zu | %s",
                 k[0], k[1], k[2], k[3], k[4], k[5] ? "fp32" : "bf16", k[6], k[10] ? "in-place" : "out-of-place", k[11], k[12],
-                k[13], p.algo_id, p.tile_id, p.stages_id, p.splitk,
+                k[13], p.chosen, p.usable.size(), p.algo_id, p.tile_id, p.stages_id, p.splitk,
                 p.reduction == CUBLASLT_REDUCTION_SCHEME_NONE ? "none" : p.reduction == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE ? "fp32-ws" : "other",
-                p.waves, p.workspace);
+                p.waves, p.workspace, p.how == MatmulPlan::TUNED ? "tuned, ms:" : p.how == MatmulPlan::RECORDED ? "recorded" : "heuristic's first");
+        for (size_t i = 0; i < p.tune_ms.size(); i++) fprintf(f, " %.3f%s", p.tune_ms[i], (int)i == p.chosen ? "*" : "");
+        fprintf(f, "\n");
+    }
+}
+
+// The choices of the plans tuned or recorded so far, as text for a checkpoint: "KEY=INDEX" per plan, the
+// key's 15 numbers joined by commas, plans separated by spaces.
+static inline std::string matmul_cuda_choices() {
+    std::string text;
+    for (const MatmulKey& key : g_matmul.chosen_keys) {
+        if (!text.empty()) text += ' ';
+        for (size_t i = 0; i < key.size(); i++) text += (i ? "," : "") + std::to_string(key[i]);
+        text += "=" + std::to_string(g_matmul.plans.at(key).chosen);
+    }
+    return text;
+}
+
+// Takes choices written by matmul_cuda_choices (from `source`, for the error): each plan made from now on
+// with a recorded key runs the recorded candidate, untimed.
+static inline void matmul_cuda_restore_choices(const std::string& text, const char* source) {
+    size_t pos = 0;
+    while (pos < text.size()) {
+        size_t end = text.find(' ', pos);
+        if (end == std::string::npos) end = text.size();
+        const std::string item = text.substr(pos, end - pos);
+        MatmulKey key;
+        long long index = -1;
+        size_t at = 0;
+        bool ok = true;
+        for (size_t i = 0; i <= key.size() && ok; i++) {
+            char* stop = nullptr;
+            const long long v = strtoll(item.c_str() + at, &stop, 10);
+            const char want = i + 1 < key.size() ? ',' : i + 1 == key.size() ? '=' : '\0';
+            ok = stop != item.c_str() + at && *stop == want;
+            if (i < key.size()) key[i] = v;
+            else index = v;
+            at = stop - item.c_str() + 1;
+        }
+        if (!ok || index < 0 || index >= 64) fail("%s: matmul_choices: '%s' is not KEY=INDEX with 15 numbers in KEY", source, item.c_str());
+        g_matmul.recorded[key] = (int)index;
+        pos = end + 1;
+    }
+}
+
+// One line on the plans tuned or recorded so far: how many, how many run another candidate than the
+// heuristic's first, and the time of the tuned GEMMs (one call each) with the heuristic's first and chosen.
+static inline std::string matmul_cuda_choices_summary() {
+    int tuned = 0, recorded = 0, other = 0;
+    double first_ms = 0.0, chosen_ms = 0.0;
+    for (const MatmulKey& key : g_matmul.chosen_keys) {
+        const MatmulPlan& p = g_matmul.plans.at(key);
+        other += p.chosen != 0;
+        if (p.how == MatmulPlan::RECORDED) {
+            recorded++;
+        } else if (p.tune_ms[0] >= 0.0f) {  // a first candidate that cuBLASLt refused has no time to compare
+            tuned++;
+            first_ms += p.tune_ms[0];
+            chosen_ms += p.tune_ms[p.chosen];
+        }
+    }
+    if (tuned + recorded == 0) return "";
+    char buf[256];
+    snprintf(buf, sizeof buf, "cuBLASLt: %d GEMM shapes tuned (%.3f ms with the heuristic's first candidates, %.3f ms as chosen), %d "
+             "taken from the checkpoint; %d run another candidate than the heuristic's first", tuned, first_ms, chosen_ms, recorded, other);
+    return buf;
+}
+
+// The chosen candidate of each plan tuned or recorded so far, in the order they were made (the same order
+// on every rank: the ranks run the same code): rank 0's go to the others with matmul_cuda_take_chosen.
+static inline std::vector<int64_t> matmul_cuda_chosen() {
+    std::vector<int64_t> chosen;
+    for (const MatmulKey& key : g_matmul.chosen_keys) chosen.push_back(g_matmul.plans.at(key).chosen);
+    return chosen;
+}
+
+static inline void matmul_cuda_take_chosen(const std::vector<int64_t>& chosen) {
+    if (chosen.size() != g_matmul.chosen_keys.size())
+        fail("matmul: rank 0 tuned %zu GEMMs, this rank %zu: the ranks ran different GEMMs", chosen.size(), g_matmul.chosen_keys.size());
+    for (size_t i = 0; i < chosen.size(); i++) {
+        MatmulPlan& plan = g_matmul.plans.at(g_matmul.chosen_keys[i]);
+        if (chosen[i] >= (int64_t)plan.usable.size())
+            fail("matmul: rank 0 chose cuBLASLt's candidate #%lld for M=%lld N=%lld K=%lld, which offers this rank only %zu: the ranks' "
+                 "GPUs or libraries differ", (long long)chosen[i], g_matmul.chosen_keys[i][0], g_matmul.chosen_keys[i][1],
+                 g_matmul.chosen_keys[i][2], plan.usable.size());
+        matmul_plan_take(&plan, (int)chosen[i]);
     }
 }
 

@@ -5,7 +5,7 @@ same model); the CUDA build feeds dev/gpu_check.sh.
   make dev/bench/bench_fwdbwd        (CPU)      make dev/bench/bench_fwdbwd_cuda    (CUDA)
 usage: bench_fwdbwd LAYERS DIM HEADS KV_HEADS HEAD_DIM SEQ_LEN VOCAB BATCH WINDOW_PATTERN SHORT_WINDOW XSA_ALPHA ITERS [XSA_FUSED [GRAPHS [PHASES]]]
 The forward+backward is the trainer's own micro-step (gpt_train_micro_step: a CUDA graph after the first
-two runs unless GRAPHS is 0). Prints its rate ("ours tok/s ... ms/iter ...", median over ITERS after two
+two runs unless GRAPHS is 0; its cuBLASLt algorithms tuned in the first run, as train_gpt does). Prints its rate ("ours tok/s ... ms/iter ...", median over ITERS after two
 warm-up iterations), the FLOPs per token it is counted with, the forward alone, the optimizer step, and the rate and MFU (nanochat FLOPs, where
 the GPU's peak is known) of a whole training step as train_gpt runs it: the plan's total batch (nanochat's
 Power Lines rule, as train_gpt picks it) as micro-steps of BATCH x SEQ_LEN, then one optimizer step.
@@ -68,7 +68,9 @@ int main(int argc, char** argv) {
     for (int it = 0; it < iters + 2; it++) {
         double t0 = wall_ms();
         gpt_zero_grad(&model);
+        backend_matmul_tune(it == 0);  // as train_gpt's first micro-step (--matmul-tune 1, its default)
         gpt_train_micro_step(&model, tokens.data(), tokens.data() + 1, B, c.seq_len, 1.0f);
+        backend_matmul_tune(false);
         synchronize();
         double t1 = wall_ms();
         optimizer_step(&opt, &model, base_schedule(opt.config, opt.step));
@@ -87,6 +89,7 @@ int main(int argc, char** argv) {
     const double fb = median(fwdbwd_ms), up = median(update_ms), step_ms = accum * fb + up;
     const double step_tok_s = (double)accum * micro_tokens / (step_ms / 1000.0), peak = backend_peak_flops();
     printf("params %zu, batch %d x %d\n", model.num_params, B, c.seq_len);
+    if (!backend_matmul_summary().empty()) printf("%s\n", backend_matmul_summary().c_str());
     printf("flops/token %.4e (nanochat's: 6 x matmul params + attention)\n", flops_per_token(c));
     printf("ours tok/s %.1f ms/iter %.3f\n", micro_tokens / (fb / 1000.0), fb);
     printf("forward ms %.3f (of the micro-step's %.3f)\n", median(fwd_ms), fb);

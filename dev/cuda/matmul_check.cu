@@ -253,6 +253,81 @@ static void time_candidates(const char* label, int M, int K, int N, int repeats)
     for (void* p : {(void*)inp, (void*)weight, (void*)out, (void*)dweight}) cudaCheck(cudaFree(p));
 }
 
+// Tuning (matmul_choose): a new plan times its candidates and keeps the fastest without touching the call's
+// result -- the in-place weight gradient (beta = 1) is timed on a copy, so its D is D0 + dout^T inp once,
+// not once per timing run -- and choices go through text (a checkpoint) and ranks (take_chosen) intact.
+// The shapes are used nowhere else here, so the plans are new. "rule": the chosen candidate is the fastest,
+// or the heuristic's first with none at least MATMUL_TUNE_MARGIN faster.
+static void check_tuning() {
+    const int M = 300, K = 72, N = 136;
+    floatX* inp = dev_alloc<floatX>((size_t)M * K);
+    floatX* weight = dev_alloc<floatX>((size_t)N * K);
+    floatX* dout = dev_alloc<floatX>((size_t)M * N);
+    floatX* out = dev_alloc<floatX>((size_t)M * N);
+    float* dweight = dev_alloc<float>((size_t)N * K);
+    fill_random(inp, (size_t)M * K, -1.0f, 1.0f);
+    fill_random(weight, (size_t)N * K, -0.1f, 0.1f);
+    fill_random(dout, (size_t)M * N, -1.0f, 1.0f);
+    fill_random(dweight, (size_t)N * K, -1.0f, 1.0f);
+    const std::vector<float> h_inp = download_bf16(inp, (size_t)M * K), h_weight = download_bf16(weight, (size_t)N * K);
+    const std::vector<float> h_dout = download_bf16(dout, (size_t)M * N), h_dweight0 = download_f32(dweight, (size_t)N * K);
+    // the CPU twins: dweight0 + dout^T inp, and dout (as the residual) + inp weight^T
+    std::vector<float> ref_dweight = h_dweight0, ref_out((size_t)M * N);
+    matmul_backward_cpu(nullptr, ref_dweight.data(), h_dout.data(), h_inp.data(), h_weight.data(), M, K, N, GRAD_OVERWRITE);
+    matmul_forward_add_cpu(ref_out.data(), h_inp.data(), h_weight.data(), h_dout.data(), M, K, N);
+    auto rule_holds = [](const MatmulPlan& p) {
+        if (p.usable.size() < 2) return p.how == MatmulPlan::HEURISTIC;  // nothing to choose between
+        if (p.how != MatmulPlan::TUNED || p.tune_ms.size() != p.usable.size()) return false;
+        for (float t : p.tune_ms)
+            if (t >= 0.0f && t < p.tune_ms[p.chosen] && !(p.chosen == 0 && t >= (1.0f - MATMUL_TUNE_MARGIN) * p.tune_ms[0])) return false;
+        return true;
+    };
+
+    g_matmul.tune = true;
+    matmul_backward_cuda(nullptr, dweight, dout, inp, weight, M, K, N, GRAD_ACCUMULATE, 0);
+    MatmulPlan* dweight_plan = g_matmul.last;
+    cudaCheck(cudaMemset(out, 0xff, (size_t)M * N * sizeof(floatX)));
+    matmul_forward_add_cuda(out, inp, weight, dout, M, K, N, 0);  // out of place: C = dout, D = out (poisoned)
+    MatmulPlan* add_plan = g_matmul.last;
+    g_matmul.tune = false;
+    cudaCheck(cudaDeviceSynchronize());
+    printf("tuned: %zu and %zu candidates\n", dweight_plan->usable.size(), add_plan->usable.size());
+    record("tune: in-place dweight, D0 + one product", rel_err(download_f32(dweight, (size_t)N * K).data(), ref_dweight.data(), ref_dweight.size()),
+           1e-2, rule_holds(*dweight_plan), 0, 0, "");
+    record("tune: out-of-place forward + residual", rel_err(download_bf16(out, (size_t)M * N).data(), ref_out.data(), ref_out.size()), 1e-2,
+           rule_holds(*add_plan), 0, 0, "");
+
+    if (dweight_plan->usable.size() < 2) {  // the emulator offers 3; a GPU's heuristic may offer one for this shape
+        printf("tune: the weight gradient has one candidate: its recorded choice is not checked\n");
+        for (void* p : {(void*)inp, (void*)weight, (void*)dout, (void*)out, (void*)dweight}) cudaCheck(cudaFree(p));
+        return;
+    }
+    // a checkpoint's text, with the weight gradient's choice changed to the last candidate, taken by new plans
+    const int last = (int)dweight_plan->usable.size() - 1;
+    std::string text = matmul_cuda_choices();
+    const size_t eq = text.find('=');
+    text = text.substr(0, eq + 1) + std::to_string(last) + text.substr(text.find(' ', eq) == std::string::npos ? text.size() : text.find(' ', eq));
+    g_matmul.plans.clear();  // forget the plans (their descriptors are not freed: a harness can leak them)
+    g_matmul.chosen_keys.clear();
+    matmul_cuda_restore_choices(text, "check_tuning");
+    fill_random(dweight, (size_t)N * K, -1.0f, 1.0f);
+    std::vector<float> ref2 = download_f32(dweight, (size_t)N * K);
+    matmul_backward_cpu(nullptr, ref2.data(), h_dout.data(), h_inp.data(), h_weight.data(), M, K, N, GRAD_OVERWRITE);
+    matmul_backward_cuda(nullptr, dweight, dout, inp, weight, M, K, N, GRAD_ACCUMULATE, 0);
+    const bool recorded = g_matmul.last->how == MatmulPlan::RECORDED && g_matmul.last->chosen == last;
+    matmul_forward_add_cuda(out, inp, weight, dout, M, K, N, 0);
+    const bool round_trip = matmul_cuda_choices() == text && g_matmul.last->how == MatmulPlan::RECORDED;
+    cudaCheck(cudaDeviceSynchronize());
+    record("tune: recorded choices taken, text intact", rel_err(download_f32(dweight, (size_t)N * K).data(), ref2.data(), ref2.size()), 1e-2,
+           recorded && round_trip, 0, 0, "");
+    // rank 0's choices (all candidate 0) taken by this "rank"
+    matmul_cuda_take_chosen(std::vector<int64_t>(g_matmul.chosen_keys.size(), 0));
+    bool taken = true;
+    for (const MatmulKey& key : g_matmul.chosen_keys) taken = taken && g_matmul.plans.at(key).chosen == 0;
+    record("tune: rank 0's choices taken", 0.0, 0.0, taken, 0, 0, "");
+    for (void* p : {(void*)inp, (void*)weight, (void*)dout, (void*)out, (void*)dweight}) cudaCheck(cudaFree(p));
+}
+
 int main(int argc, char** argv) {
     int repeats = 20;
     if (argc > 1) repeats = parse_int32("repeats", argv[1]);
@@ -293,6 +368,8 @@ int main(int argc, char** argv) {
         if (tall) check_batched(label, n, k, k, false, false, 1.0f, 8.16f, m.count, false, false, repeats);
         else check_batched(label, k, n, k, false, false, 1.0f, 8.16f, m.count, false, false, repeats);
     }
+
+    check_tuning();
 
     if (repeats > 0) {  // the heuristic's candidates at d24's real shapes: 32 rows x 2048 tokens per micro-step
         printf("\ncuBLASLt candidates at the model's shapes, %d repeats each:\n", repeats);

@@ -165,6 +165,7 @@ typedef EmuOps* cudaGraphExec_t;
 enum cudaMemcpyKind { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
 enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal };
+enum cudaStreamCaptureStatus { cudaStreamCaptureStatusNone, cudaStreamCaptureStatusActive };
 enum { cudaEventDefault = 0, cudaEventBlockingSync = 1, cudaEventDisableTiming = 2 };
 struct cudaDeviceProp { int multiProcessorCount; size_t sharedMemPerBlockOptin; size_t sharedMemPerBlock; char name[256]; };
 static const size_t EMU_SMEM_OPTIN = 232448;  // H100/H200: 227 KB per block with the opt-in
@@ -359,6 +360,10 @@ static inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEve
     if (!a->timing || !b->timing) emu_die("cudaEventElapsedTime on an event created with cudaEventDisableTiming");
     if (!a->done || !b->done) emu_die("cudaEventElapsedTime before the events completed (cudaErrorNotReady)");
     *ms = std::chrono::duration<float, std::milli>(b->t - a->t).count(); return 0;
+}
+static inline cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status) {
+    *status = emu_stream(s)->capturing ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+    return 0;
 }
 static inline cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
     if (!s) emu_die("capture on the legacy default stream");

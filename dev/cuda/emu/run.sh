@@ -71,24 +71,41 @@ test_xsa() {
     build test_xsa test_xsa.cu $target_flags && (cd "$work/src" && "$work/bin/test_xsa")
 }
 
-# the emulated trainer with CUDA graphs on and off (losses bit-identical), and both against the CPU build
+# the emulated trainer with CUDA graphs on and off (losses bit-identical), and both against the CPU build;
+# the graphs run resumed from its step-1 checkpoint: the same losses, and the checkpoint's cuBLASLt choices
+# (matmul_choices, from --matmul-tune's timing in the first micro-step) taken again
 train() {
     build train_gpt train_gpt.cu $target_flags || return 1
     (cd "$work/src" && g++ -O3 -march=native -std=c++17 -fopenmp -x c++ train_gpt.cu -o "$work/bin/train_gpt_cpu") || return 1
-    local flags="-d 2 --dim 128 --heads 2 -t 128 -b 4 -B 1024 -n 2 --eval-every 2 --eval-tokens 1024 --sample-every -1 --core-every -1 -x 1"
+    local flags="-d 2 --dim 128 --heads 2 -t 128 -b 4 -B 1024 -n 2 --eval-every 2 --eval-tokens 1024 --sample-every -1 --core-every -1 -x 1 --save-every 1"
     local run
     for run in cpu graphs nographs; do
         local bin=$work/bin/train_gpt extra=""
         [ $run = cpu ] && bin=$work/bin/train_gpt_cpu
         [ $run = nographs ] && extra="--cuda-graphs 0"
         echo "== $run"
-        (cd "$work/src" && "$bin" $flags $extra -o "$work/train_$run") || return 1
+        (cd "$work/src" && "$bin" $flags $extra -o "$work/train_$run" | tee "$work/logs/train_$run.log") || return 1
     done
+    echo "== resume"
+    cp -r "$work/train_graphs" "$work/train_resume" && rm "$work/train_resume/ckpt_000002.safetensors" &&
+        (cd "$work/src" && "$work/bin/train_gpt" $flags --resume "$work/train_resume" | tee "$work/logs/train_resume.log") || return 1
     python3 - "$work" <<'PY'
-import json, sys
-runs = {r: [json.loads(l) for l in open('%s/train_%s/metrics.jsonl' % (sys.argv[1], r))] for r in ('cpu', 'graphs', 'nographs')}
+import json, re, struct, sys
+work = sys.argv[1]
+runs = {r: [json.loads(l) for l in open('%s/train_%s/metrics.jsonl' % (work, r))] for r in ('cpu', 'graphs', 'nographs', 'resume')}
 def values(r, kind, key): return [m[key] for m in runs[r] if m['kind'] == kind]
 ok = True
+with open('%s/train_graphs/ckpt_000001.safetensors' % work, 'rb') as f:
+    choices = json.loads(f.read(struct.unpack('<Q', f.read(8))[0]))['__metadata__'].get('matmul_choices', '')
+tuned = re.search(r'cuBLASLt: (\d+) GEMM shapes tuned', open('%s/logs/train_graphs.log' % work).read())
+taken = re.search(r'(\d+) taken from the checkpoint', open('%s/logs/train_resume.log' % work).read())
+n_choices = len(choices.split())
+ok = bool(tuned and taken) and n_choices > 0 and int(tuned.group(1)) == n_choices == int(taken.group(1))
+print('cuBLASLt choices: %s tuned, %d in the checkpoint, %s taken on resume' % (tuned and tuned.group(1), n_choices, taken and taken.group(1)))
+for key in ('loss', 'grad_norm'):
+    same = values('resume', 'train', key) == values('graphs', 'train', key)
+    ok = ok and same
+    print('resumed train %s: %s' % (key, 'identical' if same else 'DIFFERENT'))
 # the gradient norm sums bf16-computed gradients: a looser tolerance than the loss's
 for kind, key, tol in (('train', 'loss', 1e-3), ('train', 'grad_norm', 2e-2), ('eval', 'val_bpb', 1e-3)):
     cpu, g, ng = values('cpu', kind, key), values('graphs', kind, key), values('nographs', kind, key)
