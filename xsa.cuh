@@ -26,12 +26,7 @@ static inline void xsa_forward_cpu(real* z, const real* y, const real* v, size_t
             const real* yi = y + ((size_t)n * H + h) * D;
             const real* vi = v + ((size_t)n * Hkv + h / group) * D;
             real* zi = z + ((size_t)n * H + h) * D;
-            real s = 0, vv = 0;
-            for (int d = 0; d < D; d++) {
-                s += yi[d] * vi[d];
-                vv += vi[d] * vi[d];
-            }
-            real coef = alpha[h] * (s / (vv + (real)XSA_EPS));
+            real coef = alpha[h] * (dot_lanes(yi, vi, D) / (dot_lanes(vi, vi, D) + (real)XSA_EPS));
             for (int d = 0; d < D; d++) zi[d] = yi[d] - coef * vi[d];
         }
 }
@@ -51,19 +46,12 @@ static inline void xsa_backward_cpu(real* dy, real* dv, real* dalpha, const real
         for (int kvh = 0; kvh < Hkv; kvh++) {
             const real* vi = v + ((size_t)n * Hkv + kvh) * D;
             real* dvi = dv + ((size_t)n * Hkv + kvh) * D;
-            real vv = 0;
-            for (int d = 0; d < D; d++) vv += vi[d] * vi[d];
-            real nrm = vv + (real)XSA_EPS;
+            real nrm = dot_lanes(vi, vi, D) + (real)XSA_EPS;
             for (int h = kvh * group; h < (kvh + 1) * group; h++) {
                 const real* yi = y + ((size_t)n * H + h) * D;
                 const real* gi = dz + ((size_t)n * H + h) * D;
                 real* dyi = dy + ((size_t)n * H + h) * D;
-                real s = 0, u = 0;
-                for (int d = 0; d < D; d++) {
-                    s += yi[d] * vi[d];
-                    u += gi[d] * vi[d];
-                }
-                real p = s / nrm, un = u / nrm;
+                real u = dot_lanes(gi, vi, D), p = dot_lanes(yi, vi, D) / nrm, un = u / nrm;
                 if (dalpha) dalpha[(size_t)n * H + h] = -p * u;
                 for (int d = 0; d < D; d++) {
                     real g = gi[d];
