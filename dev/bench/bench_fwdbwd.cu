@@ -89,7 +89,8 @@ int main(int argc, char** argv) {
     const double fb = median(fwdbwd_ms), up = median(update_ms), step_ms = accum * fb + up;
     const double step_tok_s = (double)accum * micro_tokens / (step_ms / 1000.0), peak = backend_peak_flops();
     printf("params %zu, batch %d x %d\n", model.num_params, B, c.seq_len);
-    if (!backend_matmul_summary().empty()) printf("%s\n", backend_matmul_summary().c_str());
+    const std::string matmul_summary = backend_matmul_summary();
+    if (!matmul_summary.empty()) printf("%s\n", matmul_summary.c_str());
     printf("flops/token %.4e (nanochat's: 6 x matmul params + attention)\n", flops_per_token(c));
     printf("ours tok/s %.1f ms/iter %.3f\n", micro_tokens / (fb / 1000.0), fb);
     printf("forward ms %.3f (of the micro-step's %.3f)\n", median(fwd_ms), fb);
