@@ -765,11 +765,18 @@ class Renderer:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        if self.pool is not None:
-            self.pool.terminate()
-            self.pool.join()
-            self.pool = None
+    def __exit__(self, exc_type, exc, tb):
+        if self.pool is None:
+            return
+        if exc_type is None or issubclass(exc_type, Exception):
+            # close + join lets the workers finish the few jobs in flight (map keeps at most 4 per worker).
+            # Pool.terminate can deadlock here: it stops the result handler while a worker may be writing a
+            # large result into the pipe holding the queue's lock, then waits for that lock itself.
+            self.pool.close()
+        else:
+            self.pool.terminate()  # Ctrl-C: the workers got the signal too and may have died mid-job
+        self.pool.join()
+        self.pool = None
 
     def map(self, jobs):
         """jobs: (tag, conversations); yields (tag, _render_job(conversations)) in order."""
