@@ -532,12 +532,13 @@ static void test_xsa_finite_differences(int H, int Hkv, double fixed_alpha, bool
     std::vector<double> logit = random_vector(H, &rng), alpha(H, fixed_alpha);  // logits in [-1, 1]: alphas differ per head
     auto loss = [&]() {
         if (learnable) xsa_alpha_from_logit_cpu(alpha.data(), logit.data(), H);
-        xsa_forward_cpu(z.data(), y.data(), v.data(), tokens, H, Hkv, D, alpha.data());
+        xsa_forward_cpu(z.data(), y.data(), v.data(), (size_t)Hkv * D, tokens, H, Hkv, D, alpha.data());
         return weighted_sum(w, z);
     };
     loss();
     std::vector<double> dy(y.size()), dv(v.size(), 0.0), shares((size_t)tokens * H), dlogit(H, 0.0);
-    xsa_backward_cpu(dy.data(), dv.data(), learnable ? shares.data() : nullptr, w.data(), y.data(), v.data(), tokens, H, Hkv, D, alpha.data());
+    xsa_backward_cpu(dy.data(), dv.data(), learnable ? shares.data() : nullptr, w.data(), y.data(), v.data(), (size_t)Hkv * D, tokens, H, Hkv, D,
+                     alpha.data());
     double ey = fd_error(y, dy, loss), ev = fd_error(v, dv, loss), ea = 0.0;
     if (learnable) {
         xsa_alpha_backward_cpu(dlogit.data(), shares.data(), alpha.data(), tokens, H);
@@ -595,7 +596,7 @@ static void test_alpha_one_orthogonal(const std::string& path) {
         for (size_t n = 0; n < N; n++)
             for (int h = 0; h < H; h++) {
                 const float* z = model.acts.layer[l].z + (n * H + h) * D;
-                const float* v = model.acts.layer[l].v + (n * Hkv + h / (H / Hkv)) * D;
+                const float* v = model.acts.layer[l].v + n * qkv_fused(H, Hkv, D).kv + (size_t)(h / (H / Hkv)) * D;
                 double zv = 0, zz = 0, vv = 0;
                 for (int d = 0; d < D; d++) {
                     zv += (double)z[d] * v[d];
@@ -1110,8 +1111,9 @@ static void test_attention_blocked_vs_naive(int B, int T, int H, int Hkv, int D,
             attention_backward_naive_cpu(o.dq.data(), o.dk.data(), o.dv.data(), dy.data(), q.data(), k.data(), v.data(), o.y.data(),
                                          o.lse.data(), B, T, H, Hkv, D, window);
         } else {
-            attention_forward_cpu(o.y.data(), o.lse.data(), q.data(), k.data(), v.data(), B, T, H, Hkv, D, window);
-            attention_backward_cpu(o.dq.data(), o.dk.data(), o.dv.data(), dy.data(), q.data(), k.data(), v.data(), o.y.data(), o.lse.data(),
+            const QKVStrides at = qkv_separate(H, Hkv, D);
+            attention_forward_cpu(o.y.data(), o.lse.data(), q.data(), k.data(), v.data(), at, B, T, H, Hkv, D, window);
+            attention_backward_cpu(o.dq.data(), o.dk.data(), o.dv.data(), dy.data(), q.data(), k.data(), v.data(), at, o.y.data(), o.lse.data(),
                                    B, T, H, Hkv, D, window);
         }
         return o;
@@ -1128,6 +1130,81 @@ static void test_attention_blocked_vs_naive(int B, int T, int H, int Hkv, int D,
           "CPU attention, blocked vs naive (B %d, T %d, H %d, Hkv %d, D %d, window %d; y, lse, dq, dk, dv +=; 1 and 2 threads): worst rel "
           "err vs float64 %.1e (naive fp32 %.1e), worst ratio %.2f <= %.0f; 1 vs 2 threads %s",
           B, T, H, Hkv, D, window, e.fast, e.naive, e.ratio, MATMUL_NAIVE_FACTOR, identical ? "bit-identical" : "DIFFER");
+}
+
+// The model keeps q, k, v in one (tokens, (H + 2 Hkv) D) buffer that one GEMM fills, and their gradients
+// likewise: every op that reads or writes them takes the rows' stride. On that layout (with a guard row of
+// NaN around each piece, which no op may read or write), rotary + QK-norm, the value-embedding mix,
+// attention with XSA (learnable alpha), the diagnostics and the backward of all of them must give exactly
+// what they give on three separate buffers.
+static void test_qkv_fused_layout(int H, int Hkv, int D, int window) {
+    const int B = 2, T = 40, C = 32, V = 50;
+    const size_t N = (size_t)B * T, qd = (size_t)H * D, kvd = (size_t)Hkv * D;
+    const QKVStrides sep = qkv_separate(H, Hkv, D), fused = qkv_fused(H, Hkv, D);
+    Rng rng{(uint64_t)H * 131u + Hkv * 17u + D + (uint64_t)window};
+    const std::vector<float> q0 = random_floats(N * qd, &rng), k0 = random_floats(N * kvd, &rng), v0 = random_floats(N * kvd, &rng);
+    const std::vector<float> h = random_floats(N * C, &rng), wg = random_floats((size_t)Hkv * VE_GATE_CHANNELS, &rng);
+    const std::vector<float> table = random_floats((size_t)V * kvd, &rng), dz0 = random_floats(N * qd, &rng);
+    const std::vector<float> alpha = random_floats(H, &rng);
+    std::vector<int> idx(N);
+    for (size_t n = 0; n < N; n++) idx[n] = (int)(rng_next_u64(&rng) % V);
+    std::vector<float> cos_t((size_t)T * D / 2), sin_t((size_t)T * D / 2);
+    rotary_tables(cos_t.data(), sin_t.data(), T, D);
+
+    struct Outs {
+        std::vector<float> q, k, v, q_rstd, k_rstd, gate, y, z, lse, diag, dq, dk, dv, dalpha, dh, dwg, dve;
+    };
+    auto run = [&](bool use_fused) {
+        const QKVStrides at = use_fused ? fused : sep;
+        // fused: one buffer of N rows; separate: three; either way a NaN guard past the end
+        std::vector<float> qkv(use_fused ? N * at.q + 1 : N * (qd + 2 * kvd) + 3, NAN), dqkv(qkv.size(), NAN);
+        float* q = qkv.data();
+        float* k = use_fused ? q + qd : q + N * qd + 1;
+        float* v = use_fused ? q + qd + kvd : k + N * kvd + 1;
+        float *dq = dqkv.data() + (q - qkv.data()), *dk = dqkv.data() + (k - qkv.data()), *dv = dqkv.data() + (v - qkv.data());
+        for (size_t n = 0; n < N; n++) {
+            memcpy(q + n * at.q, q0.data() + n * qd, qd * sizeof(float));
+            memcpy(k + n * at.kv, k0.data() + n * kvd, kvd * sizeof(float));
+            memcpy(v + n * at.kv, v0.data() + n * kvd, kvd * sizeof(float));
+        }
+        Outs o;
+        o.q_rstd.resize(N * H), o.k_rstd.resize(N * Hkv), o.gate.resize(N * Hkv), o.y.resize(N * qd), o.z.resize(N * qd);
+        o.lse.resize((size_t)B * H * T), o.diag.resize(N * 3), o.dalpha.resize(N * H), o.dh.assign(N * C, 0.0f);
+        o.dwg.assign(wg.size(), 0.0f), o.dve.resize(N * kvd);
+        value_embed_forward(v, at.kv, o.gate.data(), h.data(), wg.data(), table.data(), idx.data(), N, C, Hkv, D);
+        rotary_rmsnorm_forward(q, at.q, o.q_rstd.data(), cos_t.data(), sin_t.data(), B, T, H, D, QK_SCALE);
+        rotary_rmsnorm_forward(k, at.kv, o.k_rstd.data(), cos_t.data(), sin_t.data(), B, T, Hkv, D, QK_SCALE);
+        attention_xsa_forward(o.z.data(), o.y.data(), o.lse.data(), q, k, v, at, B, T, H, Hkv, D, window, alpha.data());
+        xsa_diagnostics(o.diag.data(), o.y.data(), o.z.data(), v, q, k, at, o.lse.data(), B, T, H, Hkv, D);
+        std::vector<float> dz = dz0;
+        attention_xsa_backward(dq, dk, dv, o.dalpha.data(), dz.data(), q, k, v, at, o.y.data(), o.lse.data(), B, T, H, Hkv, D, window,
+                               alpha.data());
+        rotary_rmsnorm_backward(dq, dq, q, at.q, o.q_rstd.data(), cos_t.data(), sin_t.data(), B, T, H, D, QK_SCALE);
+        rotary_rmsnorm_backward(dk, dk, k, at.kv, o.k_rstd.data(), cos_t.data(), sin_t.data(), B, T, Hkv, D, QK_SCALE);
+        value_embed_backward(o.dve.data(), o.dh.data(), o.dwg.data(), dv, at.kv, o.gate.data(), h.data(), wg.data(), table.data(), idx.data(), N,
+                             C, Hkv, D);
+        auto gather = [&](const float* x, size_t stride, size_t width) {
+            std::vector<float> out(N * width);
+            for (size_t n = 0; n < N; n++) memcpy(out.data() + n * width, x + n * stride, width * sizeof(float));
+            return out;
+        };
+        o.q = gather(q, at.q, qd), o.k = gather(k, at.kv, kvd), o.v = gather(v, at.kv, kvd);
+        o.dq = gather(dq, at.q, qd), o.dk = gather(dk, at.kv, kvd), o.dv = gather(dv, at.kv, kvd);
+        return o;
+    };
+    const Outs a = run(false), b = run(true);
+    const std::vector<float> Outs::*fields[] = {&Outs::q,   &Outs::k,    &Outs::v,    &Outs::q_rstd, &Outs::k_rstd, &Outs::gate,
+                                                &Outs::y,   &Outs::z,    &Outs::lse,  &Outs::diag,   &Outs::dq,     &Outs::dk,
+                                                &Outs::dv,  &Outs::dalpha, &Outs::dh, &Outs::dwg,    &Outs::dve};
+    int differ = 0, non_finite = 0;
+    for (auto f : fields) {
+        differ += (a.*f).size() != (b.*f).size() || memcmp((a.*f).data(), (b.*f).data(), (a.*f).size() * sizeof(float)) != 0;
+        non_finite += first_non_finite((b.*f).data(), (b.*f).size()) != (b.*f).size();
+    }
+    check(differ == 0 && non_finite == 0,
+          "q|k|v in one buffer (H %d, Hkv %d, D %d, window %d): rotary + QK-norm, value embeds, attention + XSA, diagnostics and their "
+          "backward bit-identical to separate buffers (%d of 17 outputs differ, %d hold NaN/inf)",
+          H, Hkv, D, window, differ, non_finite);
 }
 
 // ----------------------------------------------------------------------------------------------------
@@ -1892,6 +1969,8 @@ int main(int argc, char** argv) {
     test_attention_blocked_vs_naive(1, 150, 2, 2, 24, 100);    // a window longer than a tile; D not a multiple of 16
     test_attention_blocked_vs_naive(2, 130, 2, 1, 64, 1000);   // the full causal window
     test_attention_blocked_vs_naive(1, 70, 2, 2, 16, 1);       // a window of one key before the token
+    test_qkv_fused_layout(4, 4, 16, 1000);                     // as d12, d24: one kv head per query head
+    test_qkv_fused_layout(4, 2, 16, 9);                        // GQA, a window shorter than T
     for (bool adamw_only : {false, true})
         for (float alpha : {0.0f, 1.0f}) test_loss_decreases(adamw_only, alpha);
     test_step_non_finite();

@@ -239,7 +239,7 @@ struct ParamTensor {
 };
 
 struct LayerWeights {
-    float* c_q;          // (H*D, C)
+    float* c_q;          // (H*D, C)        c_q, c_k, c_v adjacent: one ((H + 2 Hkv) D, C) matrix W_qkv
     float* c_k;          // (Hkv*D, C)
     float* c_v;          // (Hkv*D, C)
     float* c_proj;       // (C, H*D)
@@ -317,6 +317,9 @@ static void point_weights(Weights* w, float* base, const GPTConfig& c, const std
         lw.c_q = at(p + "attn.c_q.weight");
         lw.c_k = at(p + "attn.c_k.weight");
         lw.c_v = at(p + "attn.c_v.weight");
+        // one GEMM multiplies by the three at once (block_forward_qkv): param_table adds them in a row
+        if (lw.c_k != lw.c_q + (size_t)c.n_head * c.head_dim * c.n_embd || lw.c_v != lw.c_k + (size_t)c.n_kv_head * c.head_dim * c.n_embd)
+            fail("internal: layer %d's c_q, c_k, c_v are not adjacent", l);
         lw.c_proj = at(p + "attn.c_proj.weight");
         lw.xsa_logit = at(p + "attn.xsa_logit");
         lw.ve_gate = at(p + "attn.ve_gate.weight");
@@ -474,9 +477,11 @@ struct LayerActs {
     floatX* x_mix;    // (N, C)      block input after the lambda mix
     float* rstd1;    // (N)
     floatX* h;        // (N, C)      norm(x_mix)
-    floatX* q;        // (N, H, D)   after rotary, QK-norm and the 1.2 scale
-    floatX* k;        // (N, Hkv, D) likewise
-    floatX* v;        // (N, Hkv, D) after the value-embedding mix
+    floatX* qkv;      // (N, (H + 2 Hkv) D)  token n's q | k | v in one row (one GEMM's output); q, k, v point into
+                      //             it, their rows qkv_fused(H, Hkv, D) apart
+    floatX* q;        // (N, H, D)   in qkv: after rotary, QK-norm and the 1.2 scale
+    floatX* k;        // (N, Hkv, D) in qkv: likewise
+    floatX* v;        // (N, Hkv, D) in qkv: after the value-embedding mix
     float* q_rstd;   // (N, H)
     float* k_rstd;   // (N, Hkv)
     float* ve_gate;  // (N, Hkv)    3 sigmoid(...), VE layers only
@@ -505,8 +510,8 @@ struct Acts {
     floatX* logits;      // (N, V)  softcapped logits; turned into their gradient by the backward
     float* losses;      // (N)     0 where the target is ignored
     float* loss_scale;  // (1)     grad_scale / targets not ignored (loss_mean_scale), set by the backward
-    // backward scratch (shared by all layers)
-    floatX *d_res, *d_x0, *d_backout, *d_h, *d_q, *d_k, *d_v, *d_y, *d_q_rot, *d_k_rot, *d_fc, *d_ve;
+    // backward scratch (shared by all layers); d_q, d_k, d_v in d_qkv (N, (H + 2 Hkv) D), laid out as qkv
+    floatX *d_res, *d_x0, *d_backout, *d_h, *d_qkv, *d_q, *d_k, *d_v, *d_y, *d_fc, *d_ve;
     float* d_xsa_alpha;  // (N, H)  per-token shares of dL/dalpha; learnable XSA only
 };
 
@@ -536,9 +541,10 @@ static void carve_acts(Acts* a, Carver* cv, const GPTConfig& c, int B, int T) {
         la.x_mix = cv->take<floatX>(N * C);
         la.rstd1 = cv->take<float>(N);
         la.h = cv->take<floatX>(N * C);
-        la.q = cv->take<floatX>(N * qd);
-        la.k = cv->take<floatX>(N * kvd);
-        la.v = cv->take<floatX>(N * kvd);
+        la.qkv = cv->take<floatX>(N * (qd + 2 * kvd));
+        la.q = la.qkv;
+        la.k = la.qkv + qd;
+        la.v = la.qkv + qd + kvd;
         la.q_rstd = cv->take<float>(N * c.n_head);
         la.k_rstd = cv->take<float>(N * c.n_kv_head);
         la.ve_gate = layer_has_ve(c, l) ? cv->take<float>(N * c.n_kv_head) : nullptr;
@@ -562,12 +568,11 @@ static void carve_acts(Acts* a, Carver* cv, const GPTConfig& c, int B, int T) {
     a->d_x0 = cv->take<floatX>(N * C);
     a->d_backout = cv->take<floatX>(N * C);
     a->d_h = cv->take<floatX>(N * C);
-    a->d_q = cv->take<floatX>(N * qd);
-    a->d_k = cv->take<floatX>(N * kvd);
-    a->d_v = cv->take<floatX>(N * kvd);
+    a->d_qkv = cv->take<floatX>(N * (qd + 2 * kvd));
+    a->d_q = a->d_qkv;
+    a->d_k = a->d_qkv + qd;
+    a->d_v = a->d_qkv + qd + kvd;
     a->d_y = cv->take<floatX>(N * qd);
-    a->d_q_rot = cv->take<floatX>(N * qd);
-    a->d_k_rot = cv->take<floatX>(N * kvd);
     a->d_fc = cv->take<floatX>(N * 4 * C);
     a->d_ve = cv->take<floatX>(N * kvd);
     a->d_xsa_alpha = c.xsa_learnable ? cv->take<float>(N * c.n_head) : nullptr;
@@ -936,22 +941,22 @@ static const float* layer_alpha(const GPT* model, int l) {
 // attention inputs, a layer's attention output and MLP, and the head. Each works on the first N tokens of
 // the activations (acts), laid out for the batch set last.
 
-// Layer l up to attention: x_mix = the lambda mix of x and x0, h = norm(x_mix), q k v = h W^T, the value
-// embeddings mixed into v (VE layers). q, k before rotary.
+// Layer l up to attention: x_mix = the lambda mix of x and x0, h = norm(x_mix), q | k | v = h W_qkv^T (one
+// GEMM: N = (H + 2 Hkv) D reads h once), the value embeddings mixed into v (VE layers). q, k before rotary.
 static void block_forward_qkv(GPT* model, int l, const floatX* x, size_t N) {
     const GPTConfig& c = model->config;
     Acts& a = model->acts;
     const LayerWeights& lw = model->w.h[l];
     LayerActs& la = a.layer[l];
-    const int C = c.n_embd, qd = c.n_head * c.head_dim, kvd = c.n_kv_head * c.head_dim;
+    const int C = c.n_embd;
+    const QKVStrides at = qkv_fused(c.n_head, c.n_kv_head, c.head_dim);
     auto mm = [&](const float* master) { return model->params_mm + (master - model->params); };  // a weight's matmul copy
     backend_phase("forward: lambda mix, norm, q k v, value embeds, rotary + QK-norm");
     lambda_mix_forward(la.x_mix, x, a.x0, &model->w.resid_lambdas[l], &model->w.x0_lambdas[l], N * C);
     rmsnorm_forward(la.h, la.rstd1, la.x_mix, N, C, 1.0f);
-    matmul_forward(la.q, la.h, mm(lw.c_q), N, C, qd);
-    matmul_forward(la.k, la.h, mm(lw.c_k), N, C, kvd);
-    matmul_forward(la.v, la.h, mm(lw.c_v), N, C, kvd);
-    if (layer_has_ve(c, l)) value_embed_forward(la.v, la.ve_gate, la.h, lw.ve_gate, lw.value_embed, a.idx, N, C, c.n_kv_head, c.head_dim);
+    matmul_forward(la.qkv, la.h, mm(lw.c_q), N, C, (int)at.q);  // W_qkv: c_q, c_k, c_v in a row
+    if (layer_has_ve(c, l))
+        value_embed_forward(la.v, at.kv, la.ve_gate, la.h, lw.ve_gate, lw.value_embed, a.idx, N, C, c.n_kv_head, c.head_dim);
 }
 
 // Layer l after attention: x_attn = x_mix + z W_proj^T, then the MLP branch: x_out = x_attn + MLP(norm(x_attn)).
@@ -995,6 +1000,7 @@ static void gpt_forward_pass(GPT* model, bool with_targets) {
     const int B = model->B, T = model->T;
     const size_t N = (size_t)B * T;
     const int C = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim;
+    const QKVStrides at = qkv_fused(H, Hkv, D);
 
     // embedding, norm, smear (backend_phase: the benchmark's breakdown of the step; nothing otherwise)
     backend_phase("forward: embedding, norm, smear");
@@ -1006,10 +1012,10 @@ static void gpt_forward_pass(GPT* model, bool with_targets) {
     for (int l = 0; l < c.n_layer; l++) {
         LayerActs& la = a.layer[l];
         block_forward_qkv(model, l, x, N);
-        rotary_rmsnorm_forward(la.q, la.q_rstd, model->rope_cos, model->rope_sin, B, T, H, D, QK_SCALE);
-        rotary_rmsnorm_forward(la.k, la.k_rstd, model->rope_cos, model->rope_sin, B, T, Hkv, D, QK_SCALE);
+        rotary_rmsnorm_forward(la.q, at.q, la.q_rstd, model->rope_cos, model->rope_sin, B, T, H, D, QK_SCALE);
+        rotary_rmsnorm_forward(la.k, at.kv, la.k_rstd, model->rope_cos, model->rope_sin, B, T, Hkv, D, QK_SCALE);
         backend_phase("forward: attention (+ XSA)");
-        attention_xsa_forward(la.z, la.y, la.lse, la.q, la.k, la.v, B, T, H, Hkv, D, layer_window(c, l), layer_alpha(model, l));
+        attention_xsa_forward(la.z, la.y, la.lse, la.q, la.k, la.v, at, B, T, H, Hkv, D, layer_window(c, l), layer_alpha(model, l));
         block_forward_output_mlp(model, l, N);
         x = la.x_out;
     }
@@ -1049,6 +1055,7 @@ static void gpt_backward(GPT* model, float grad_scale) {
     const size_t N = (size_t)B * T;
     const int C = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim, V = c.vocab_size;
     const int qd = H * D, kvd = Hkv * D;
+    const QKVStrides at = qkv_fused(H, Hkv, D);
     const int backout_layer = c.n_layer / 2;
     auto mm = [&](const float* master) { return model->params_mm + (master - model->params); };
 
@@ -1081,17 +1088,16 @@ static void gpt_backward(GPT* model, float grad_scale) {
         backend_phase("backward: attention output projection");
         matmul_backward(a.d_y, lg.c_proj, a.d_res, la.z, mm(lw.c_proj), N, qd, C, GRAD_OVERWRITE);  // d_y holds dL/dz
         backend_phase("backward: attention (+ XSA)");
-        attention_xsa_backward(a.d_q, a.d_k, a.d_v, lg.xsa_logit ? a.d_xsa_alpha : nullptr, a.d_y, la.q, la.k, la.v, la.y, la.lse, B, T,
-                               H, Hkv, D, layer_window(c, l), layer_alpha(model, l));
+        attention_xsa_backward(a.d_q, a.d_k, a.d_v, lg.xsa_logit ? a.d_xsa_alpha : nullptr, a.d_y, la.q, la.k, la.v, at, la.y, la.lse, B,
+                               T, H, Hkv, D, layer_window(c, l), layer_alpha(model, l));
         if (lg.xsa_logit) xsa_alpha_backward(lg.xsa_logit, a.d_xsa_alpha, layer_alpha(model, l), N, H);
         backend_phase("backward: rotary + QK-norm, q k v, value embeds, norm, lambda mix");
-        rotary_rmsnorm_backward(a.d_q_rot, a.d_q, la.q, la.q_rstd, model->rope_cos, model->rope_sin, B, T, H, D, QK_SCALE);
-        rotary_rmsnorm_backward(a.d_k_rot, a.d_k, la.k, la.k_rstd, model->rope_cos, model->rope_sin, B, T, Hkv, D, QK_SCALE);
-        matmul_backward(a.d_h, lg.c_q, a.d_q_rot, la.h, mm(lw.c_q), N, C, qd, GRAD_OVERWRITE);
-        matmul_backward(a.d_h, lg.c_k, a.d_k_rot, la.h, mm(lw.c_k), N, C, kvd, GRAD_ACCUMULATE);
-        matmul_backward(a.d_h, lg.c_v, a.d_v, la.h, mm(lw.c_v), N, C, kvd, GRAD_ACCUMULATE);
-        if (layer_has_ve(c, l)) {  // after the matmuls: it adds the gate's gradient to d_h[:, :12]
-            value_embed_backward(a.d_ve, a.d_h, lg.ve_gate, a.d_v, la.ve_gate, la.h, lw.ve_gate, lw.value_embed, a.idx, N, C, Hkv, D);
+        // in place: d_q, d_k become the gradients of the rotary's inputs, so d_qkv is that of h W_qkv^T
+        rotary_rmsnorm_backward(a.d_q, a.d_q, la.q, at.q, la.q_rstd, model->rope_cos, model->rope_sin, B, T, H, D, QK_SCALE);
+        rotary_rmsnorm_backward(a.d_k, a.d_k, la.k, at.kv, la.k_rstd, model->rope_cos, model->rope_sin, B, T, Hkv, D, QK_SCALE);
+        matmul_backward(a.d_h, lg.c_q, a.d_qkv, la.h, mm(lw.c_q), N, C, qd + 2 * kvd, GRAD_OVERWRITE);  // W_qkv, as the forward
+        if (layer_has_ve(c, l)) {  // after the matmul: it adds the gate's gradient to d_h[:, :12]
+            value_embed_backward(a.d_ve, a.d_h, lg.ve_gate, a.d_v, at.kv, la.ve_gate, la.h, lw.ve_gate, lw.value_embed, a.idx, N, C, Hkv, D);
             embedding_backward(lg.value_embed, a.idx, a.d_ve, N, kvd);
         }
         rmsnorm_backward(a.d_res, a.d_h, la.h, la.rstd1, N, C, 1.0f, GRAD_ACCUMULATE);  // d_res: dL/dx_mix
@@ -1814,9 +1820,10 @@ static void gpt_prefill(GPT* model, KVCache* kv, int row, const int* tokens, int
     if (row < 0 || row >= kv->B || T < 1 || T > kv->S) fail("prefill of %d tokens into row %d of a %d x %d KV cache", T, row, kv->B, kv->S);
     gpt_forward(model, tokens, nullptr, 1, T);
     const size_t kvd = (size_t)c.n_kv_head * c.head_dim, row_start = (size_t)row * kv->S * kvd;
+    const size_t pitch = qkv_fused(c.n_head, c.n_kv_head, c.head_dim).kv * sizeof(floatX);  // of the rows of k and v in acts.qkv
     for (int l = 0; l < c.n_layer; l++) {
-        backend_copy(kv->k[l] + row_start, model->acts.layer[l].k, T * kvd * sizeof(floatX));
-        backend_copy(kv->v[l] + row_start, model->acts.layer[l].v, T * kvd * sizeof(floatX));
+        backend_copy_rows(kv->k[l] + row_start, kvd * sizeof(floatX), model->acts.layer[l].k, pitch, kvd * sizeof(floatX), T);
+        backend_copy_rows(kv->v[l] + row_start, kvd * sizeof(floatX), model->acts.layer[l].v, pitch, kvd * sizeof(floatX), T);
     }
     if (c.smear) backend_copy(kv->smear_in + (size_t)row * 2 * c.n_embd, model->acts.emb_norm + (size_t)(T - 1) * c.n_embd, c.n_embd * sizeof(floatX));
     kv->len[row] = T;
@@ -1829,7 +1836,8 @@ static void gpt_prefill(GPT* model, KVCache* kv, int row, const int* tokens, int
 static void gpt_decode_step(GPT* model, KVCache* kv, const int* tokens) {
     const GPTConfig& c = model->config;
     const int B = kv->B, S = kv->S, C = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim;
-    const size_t qd = (size_t)H * D, kvd = (size_t)Hkv * D, half = D / 2;
+    const size_t kvd = (size_t)Hkv * D, half = D / 2;
+    const QKVStrides at = qkv_fused(H, Hkv, D);
     for (int b = 0; b < B; b++)
         if (kv->len[b] < 1 || kv->len[b] >= S) fail("decode step on row %d holding %d of %d positions (prefill it first; it must not be full)", b, kv->len[b], S);
     gpt_set_batch(model, tokens, nullptr, B, 1);
@@ -1852,13 +1860,15 @@ static void gpt_decode_step(GPT* model, KVCache* kv, const int* tokens) {
         block_forward_qkv(model, l, x, B);
         for (int b = 0; b < B; b++) {  // rotary at each row's own position: the tables from that position on
             const size_t p = (size_t)kv->len[b];
-            rotary_rmsnorm_forward(la.q + b * qd, la.q_rstd + (size_t)b * H, model->rope_cos + p * half, model->rope_sin + p * half, 1, 1, H, D, QK_SCALE);
-            rotary_rmsnorm_forward(la.k + b * kvd, la.k_rstd + (size_t)b * Hkv, model->rope_cos + p * half, model->rope_sin + p * half, 1, 1, Hkv, D,
-                                   QK_SCALE);
-            backend_copy(kv->k[l] + ((size_t)b * S + p) * kvd, la.k + b * kvd, kvd * sizeof(floatX));
-            backend_copy(kv->v[l] + ((size_t)b * S + p) * kvd, la.v + b * kvd, kvd * sizeof(floatX));
+            rotary_rmsnorm_forward(la.q + b * at.q, at.q, la.q_rstd + (size_t)b * H, model->rope_cos + p * half, model->rope_sin + p * half, 1, 1,
+                                   H, D, QK_SCALE);
+            rotary_rmsnorm_forward(la.k + b * at.kv, at.kv, la.k_rstd + (size_t)b * Hkv, model->rope_cos + p * half, model->rope_sin + p * half, 1,
+                                   1, Hkv, D, QK_SCALE);
+            backend_copy(kv->k[l] + ((size_t)b * S + p) * kvd, la.k + b * at.kv, kvd * sizeof(floatX));
+            backend_copy(kv->v[l] + ((size_t)b * S + p) * kvd, la.v + b * at.kv, kvd * sizeof(floatX));
         }
-        attention_decode_xsa_forward(la.z, la.y, la.q, kv->k[l], kv->v[l], la.v, kv->pos, B, S, H, Hkv, D, layer_window(c, l), layer_alpha(model, l));
+        attention_decode_xsa_forward(la.z, la.y, la.q, kv->k[l], kv->v[l], la.v, at, kv->pos, B, S, H, Hkv, D, layer_window(c, l),
+                                     layer_alpha(model, l));
         block_forward_output_mlp(model, l, B);
         x = la.x_out;
     }
@@ -2120,7 +2130,7 @@ static Diagnostics gpt_diagnostics(const GPT* model) {
     std::vector<float> host(std::max(N * 3, value_floats));
     for (int l = 0; l < c.n_layer; l++) {
         const LayerActs& la = model->acts.layer[l];
-        xsa_diagnostics(sums, la.y, la.z, la.v, la.q, la.k, la.lse, B, T, H, Hkv, D);
+        xsa_diagnostics(sums, la.y, la.z, la.v, la.q, la.k, qkv_fused(H, Hkv, D), la.lse, B, T, H, Hkv, D);
         backend_download(host.data(), sums, N * 3 * sizeof(float));
         double total[3] = {0.0, 0.0, 0.0};
         for (size_t n = 0; n < N; n++)
@@ -2131,7 +2141,7 @@ static Diagnostics gpt_diagnostics(const GPT* model) {
         d.cos_zv.push_back(total[1] / count);
         d.self_weight.push_back(total[2] / count);
         // sum over pairs i != j of u_i.u_j = |sum u|^2 - sum |u|^2, per (row, kv head), over T (T - 1) pairs
-        value_direction_sums(sums, la.v, B, T, Hkv, D);
+        value_direction_sums(sums, la.v, qkv_fused(H, Hkv, D).kv, B, T, Hkv, D);
         backend_download(host.data(), sums, value_floats * sizeof(float));
         double pairs = 0.0;
         for (size_t bg = 0; bg < (size_t)B * Hkv; bg++) {

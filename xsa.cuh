@@ -16,15 +16,16 @@ static const float XSA_EPS = 1e-8f;
 // CPU backend (templated on the scalar type so the tests can check the backward by finite differences
 // in double precision; the model uses float)
 
-// y (B*T, H, D), v (B*T, Hkv, D), alpha (H) -> z (B*T, H, D)
+// y (B*T, H, D), v (B*T, Hkv, D; token n's row at v + n * v_stride), alpha (H) -> z (B*T, H, D)
 template <typename real>
-static inline void xsa_forward_cpu(real* z, const real* y, const real* v, size_t tokens, int H, int Hkv, int D, const real* alpha) {
+static inline void xsa_forward_cpu(real* z, const real* y, const real* v, size_t v_stride, size_t tokens, int H, int Hkv, int D,
+                                   const real* alpha) {
     const int group = H / Hkv;
 #pragma omp parallel for schedule(static)
     for (long n = 0; n < (long)tokens; n++)
         for (int h = 0; h < H; h++) {
             const real* yi = y + ((size_t)n * H + h) * D;
-            const real* vi = v + ((size_t)n * Hkv + h / group) * D;
+            const real* vi = v + (size_t)n * v_stride + (size_t)(h / group) * D;
             real* zi = z + ((size_t)n * H + h) * D;
             real coef = alpha[h] * (dot_lanes(yi, vi, D) / (dot_lanes(vi, vi, D) + (real)XSA_EPS));
             for (int d = 0; d < D; d++) zi[d] = yi[d] - coef * vi[d];
@@ -35,17 +36,17 @@ static inline void xsa_forward_cpu(real* z, const real* y, const real* v, size_t
 //   dy = g - alpha_h (u / n) v                                (overwrites dy)
 //   dv += -alpha_h ((u / n) y + p g - 2 p (u / n) v)          (accumulated over the query heads of a kv head)
 //   dalpha = -p u                                             (this token's share of dL/dalpha_h; only if dalpha)
-// dz, y, dy (B*T, H, D); v, dv (B*T, Hkv, D); alpha (H); dalpha (B*T, H) or nullptr (fixed alpha).
-// dy may alias dz (each row is read before it is written).
+// dz, y, dy (B*T, H, D); v, dv (B*T, Hkv, D; token n's rows at + n * kv_stride); alpha (H); dalpha (B*T, H)
+// or nullptr (fixed alpha). dy may alias dz (each row is read before it is written).
 template <typename real>
-static inline void xsa_backward_cpu(real* dy, real* dv, real* dalpha, const real* dz, const real* y, const real* v,
+static inline void xsa_backward_cpu(real* dy, real* dv, real* dalpha, const real* dz, const real* y, const real* v, size_t kv_stride,
                                     size_t tokens, int H, int Hkv, int D, const real* alpha) {
     const int group = H / Hkv;
 #pragma omp parallel for schedule(static)
     for (long n = 0; n < (long)tokens; n++)
         for (int kvh = 0; kvh < Hkv; kvh++) {
-            const real* vi = v + ((size_t)n * Hkv + kvh) * D;
-            real* dvi = dv + ((size_t)n * Hkv + kvh) * D;
+            const real* vi = v + (size_t)n * kv_stride + (size_t)kvh * D;
+            real* dvi = dv + (size_t)n * kv_stride + (size_t)kvh * D;
             real nrm = dot_lanes(vi, vi, D) + (real)XSA_EPS;
             for (int h = kvh * group; h < (kvh + 1) * group; h++) {
                 const real* yi = y + ((size_t)n * H + h) * D;
@@ -86,13 +87,13 @@ static inline void xsa_alpha_backward_cpu(real* d_logit, const real* dalpha, con
 //   out[n][0] = sum_h cos(y[n,h], v[n,h/g]),  out[n][1] = sum_h cos(z[n,h], v[n,h/g]),
 //   out[n][2] = sum_h a_tt(h) = sum_h exp(q[n,h].k[n,h/g] / sqrt(D) - lse[b,h,t])   (the diagonal of softmax)
 // with g = H / Hkv and cos(a, b) = a.b / (|a| |b|), 0 when |a| |b| = 0. The caller averages over heads and
-// over tokens t >= 1 (at t = 0, y = v). y, z, q (B*T, H, D); v, k (B*T, Hkv, D) of the same layer, the
-// forward's saved activations; lse (B, H, T); out (B*T, 3).
+// over tokens t >= 1 (at t = 0, y = v). y, z (B*T, H, D); q (B*T, H, D), k, v (B*T, Hkv, D), rows `at`
+// apart, of the same layer, the forward's saved activations; lse (B, H, T); out (B*T, 3).
 
 static inline float cosine_of(double ab, double aa, double bb) { return aa * bb > 0.0 ? (float)(ab / sqrt(aa * bb)) : 0.0f; }
 
 static inline void xsa_diagnostics_cpu(float* out, const float* y, const float* z, const float* v, const float* q, const float* k,
-                                       const float* lse, int B, int T, int H, int Hkv, int D) {
+                                       QKVStrides at, const float* lse, int B, int T, int H, int Hkv, int D) {
     const int group = H / Hkv;
     const double scale = 1.0 / sqrt((double)D);
 #pragma omp parallel for schedule(static)
@@ -102,9 +103,9 @@ static inline void xsa_diagnostics_cpu(float* out, const float* y, const float* 
         for (int h = 0; h < H; h++) {
             const float* yr = y + ((size_t)n * H + h) * D;
             const float* zr = z + ((size_t)n * H + h) * D;
-            const float* qr = q + ((size_t)n * H + h) * D;
-            const float* vr = v + ((size_t)n * Hkv + h / group) * D;
-            const float* kr = k + ((size_t)n * Hkv + h / group) * D;
+            const float* qr = q + (size_t)n * at.q + (size_t)h * D;
+            const float* vr = v + (size_t)n * at.kv + (size_t)(h / group) * D;
+            const float* kr = k + (size_t)n * at.kv + (size_t)(h / group) * D;
             double yv = 0, yy = 0, zv = 0, zz = 0, vv = 0, qk = 0;
             for (int d = 0; d < D; d++) {
                 yv += (double)yr[d] * vr[d], yy += (double)yr[d] * yr[d];
@@ -122,14 +123,14 @@ static inline void xsa_diagnostics_cpu(float* out, const float* y, const float* 
 // The baseline cos(y, v) is read against: the mean cos(v_i, v_j) over pairs of different positions i != j
 // of a row and kv head. With u_t = v_t / |v_t| (0 for a zero vector), sum_{i != j} u_i.u_j = |sum_t u_t|^2 -
 // sum_t |u_t|^2, so one pass over the positions gives it: out (B, Hkv, D + 1) = (sum_t u_t, sum_t |u_t|^2)
-// over the T positions of row b, kv head g. v (B*T, Hkv, D).
-static inline void value_direction_sums_cpu(float* out, const float* v, int B, int T, int Hkv, int D) {
+// over the T positions of row b, kv head g. v (B*T, Hkv, D), token n's row at v + n * v_stride.
+static inline void value_direction_sums_cpu(float* out, const float* v, size_t v_stride, int B, int T, int Hkv, int D) {
 #pragma omp parallel for schedule(static)
     for (long bg = 0; bg < (long)B * Hkv; bg++) {
         const long b = bg / Hkv, g = bg % Hkv;
         std::vector<double> sum(D + 1, 0.0);
         for (int t = 0; t < T; t++) {
-            const float* vr = v + (((size_t)b * T + t) * Hkv + g) * D;
+            const float* vr = v + ((size_t)b * T + t) * v_stride + (size_t)g * D;
             double vv = 0.0;
             for (int d = 0; d < D; d++) vv += (double)vr[d] * vr[d];
             if (vv == 0.0) continue;
@@ -157,9 +158,10 @@ __device__ __forceinline__ void xsa_store2(floatX* row, int lane, int e, float a
     *reinterpret_cast<__nv_bfloat162*>(row + 2 * lane + 64 * e) = __floats2bfloat162_rn(a, b);
 }
 
-// z, y (tokens, H, D); v (tokens, Hkv, D); alpha (H). One warp per (token, head); blockDim.x a multiple of 32.
+// z, y (tokens, H, D); v (tokens, Hkv, D), rows v_stride apart; alpha (H). One warp per (token, head);
+// blockDim.x a multiple of 32.
 template <int D>
-__global__ void xsa_forward_kernel(floatX* z, const floatX* y, const floatX* v, size_t tokens, int H, int Hkv,
+__global__ void xsa_forward_kernel(floatX* z, const floatX* y, const floatX* v, size_t v_stride, size_t tokens, int H, int Hkv,
                                    const float* alpha) {
     constexpr int E = D / 64;  // bf16 pairs per lane
     const int lane = threadIdx.x % 32;
@@ -168,7 +170,7 @@ __global__ void xsa_forward_kernel(floatX* z, const floatX* y, const floatX* v, 
     const size_t n = row / H;
     const int h = (int)(row % H), kvh = h / (H / Hkv);
     const floatX* yr = y + row * D;
-    const floatX* vr = v + (n * Hkv + kvh) * D;
+    const floatX* vr = v + n * v_stride + (size_t)kvh * D;
     float2 yy[E], vv[E];
     float s = 0.0f, nn = 0.0f;
 #pragma unroll
@@ -191,24 +193,25 @@ __global__ void xsa_forward_kernel(floatX* z, const floatX* y, const floatX* v, 
 // FUSED = false (the unfused op): dy (bf16) =, dv (bf16) += extra (added in fp32, rounded once).
 // FUSED = true (attention_backward_xsa_cuda's preprocessing): dy =, dv_extra (fp32, (tokens, Hkv, D)) =
 //   extra, and delta (B, H, T) = rowsum(dy * y) of the bf16-rounded dy the attention matmuls will read.
-// dz, y, dy (tokens, H, D); v, dv (tokens, Hkv, D); alpha (H); dalpha (tokens, H) fp32, written only when
-// not null (learnable alpha); tokens = B T. dy may alias dz: each lane reads its elements of a row before it
-// writes them, and no other lane touches them.
+// dz, y, dy (tokens, H, D); v, dv (tokens, Hkv, D), rows v_stride, dv_stride apart; alpha (H); dalpha
+// (tokens, H) fp32, written only when not null (learnable alpha); tokens = B T. dy may alias dz: each lane
+// reads its elements of a row before it writes them, and no other lane touches them.
 template <int D, bool FUSED>
-__global__ void xsa_backward_kernel(floatX* dy, floatX* dv, float* dv_extra, float* delta, float* dalpha, const floatX* dz,
-                                    const floatX* y, const floatX* v, size_t tokens, int T, int H, int Hkv,
-                                    const float* alpha) {
+__global__ void xsa_backward_kernel(floatX* dy, floatX* dv, size_t dv_stride, float* dv_extra, float* delta, float* dalpha,
+                                    const floatX* dz, const floatX* y, const floatX* v, size_t v_stride, size_t tokens, int T,
+                                    int H, int Hkv, const float* alpha) {
     constexpr int E = D / 64;
     const int lane = threadIdx.x % 32;
     const size_t w = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // = token * Hkv + kv head
     if (w >= tokens * Hkv) return;
     const size_t n = w / Hkv;
     const int kvh = (int)(w % Hkv), group = H / Hkv;
+    const floatX* vr = v + n * v_stride + (size_t)kvh * D;
     float2 vv[E], ext[E];
     float nn = 0.0f;
 #pragma unroll
     for (int e = 0; e < E; e++) {
-        vv[e] = xsa_load2(v + w * D, lane, e);
+        vv[e] = xsa_load2(vr, lane, e);
         nn += vv[e].x * vv[e].x + vv[e].y * vv[e].y;
         ext[e] = make_float2(0.0f, 0.0f);
     }
@@ -247,19 +250,20 @@ __global__ void xsa_backward_kernel(floatX* dy, floatX* dv, float* dv_extra, flo
         if (FUSED) {
             *reinterpret_cast<float2*>(dv_extra + w * D + 2 * lane + 64 * e) = ext[e];
         } else {
-            const float2 old = xsa_load2(dv + w * D, lane, e);
-            xsa_store2(dv + w * D, lane, e, old.x + ext[e].x, old.y + ext[e].y);
+            floatX* dvr = dv + n * dv_stride + (size_t)kvh * D;
+            const float2 old = xsa_load2(dvr, lane, e);
+            xsa_store2(dvr, lane, e, old.x + ext[e].x, old.y + ext[e].y);
         }
     }
 }
 
 // The diagnostics (see the CPU twin): one block of XSA_DIAG_WARPS warps per token; warp w takes heads w,
 // w + XSA_DIAG_WARPS, .. in order, lanes stride over D; warp 0 then adds the warps' sums in order.
-// Deterministic, fp32. out (B*T, 3).
+// Deterministic, fp32. out (B*T, 3); q, k, v rows `at` apart.
 constexpr int XSA_DIAG_WARPS = 8;
 __global__ void __launch_bounds__(XSA_DIAG_WARPS * 32) xsa_diagnostics_kernel(float* out, const floatX* y, const floatX* z, const floatX* v,
-                                                                             const floatX* q, const floatX* k, const float* lse,
-                                                                             int T, int H, int Hkv, int D) {
+                                                                             const floatX* q, const floatX* k, QKVStrides at,
+                                                                             const float* lse, int T, int H, int Hkv, int D) {
     __shared__ float partial[XSA_DIAG_WARPS][3];
     const size_t n = blockIdx.x;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, group = H / Hkv;
@@ -267,12 +271,12 @@ __global__ void __launch_bounds__(XSA_DIAG_WARPS * 32) xsa_diagnostics_kernel(fl
     const float scale = 1.0f / sqrtf((float)D);
     float sums[3] = {0.0f, 0.0f, 0.0f};
     for (int h = warp; h < H; h += XSA_DIAG_WARPS) {
-        const size_t row = (n * H + h) * D, kv_row = (n * Hkv + h / group) * D;
+        const size_t row = (n * H + h) * D, q_row = n * at.q + (size_t)h * D, kv_row = n * at.kv + (size_t)(h / group) * D;
         float yv = 0.0f, yy = 0.0f, zv = 0.0f, zz = 0.0f, vv = 0.0f, qk = 0.0f;
         for (int d = lane; d < D; d += 32) {
             const float yd = to_float(y[row + d]), zd = to_float(z[row + d]), vd = to_float(v[kv_row + d]);
             yv += yd * vd, yy += yd * yd, zv += zd * vd, zz += zd * zd, vv += vd * vd;
-            qk += to_float(q[row + d]) * to_float(k[kv_row + d]);
+            qk += to_float(q[q_row + d]) * to_float(k[kv_row + d]);
         }
         yv = warp_sum(yv), yy = warp_sum(yy), zv = warp_sum(zv), zz = warp_sum(zz), vv = warp_sum(vv), qk = warp_sum(qk);
         sums[0] += yy * vv > 0.0f ? yv / sqrtf(yy * vv) : 0.0f;
@@ -290,23 +294,24 @@ __global__ void __launch_bounds__(XSA_DIAG_WARPS * 32) xsa_diagnostics_kernel(fl
 }
 
 static inline void xsa_diagnostics_cuda(float* out, const floatX* y, const floatX* z, const floatX* v, const floatX* q, const floatX* k,
-                                        const float* lse, int B, int T, int H, int Hkv, int D, cudaStream_t stream) {
+                                        QKVStrides at, const float* lse, int B, int T, int H, int Hkv, int D, cudaStream_t stream) {
     if ((long)B * T == 0) return;
-    xsa_diagnostics_kernel<<<B * T, XSA_DIAG_WARPS * 32, 0, stream>>>(out, y, z, v, q, k, lse, T, H, Hkv, D);
+    xsa_diagnostics_kernel<<<B * T, XSA_DIAG_WARPS * 32, 0, stream>>>(out, y, z, v, q, k, at, lse, T, H, Hkv, D);
     cudaCheckLaunch();
 }
 
 // The value direction sums (see the CPU twin): one warp per (row, kv head), lanes holding D / 32 channels
-// of the running sum, the positions visited in order (deterministic). out (B, Hkv, D + 1).
+// of the running sum, the positions visited in order (deterministic). out (B, Hkv, D + 1); v rows v_stride apart.
 constexpr int VALUE_SUMS_MAX_D = 128;
-__global__ void __launch_bounds__(256) value_direction_sums_kernel(float* out, const floatX* v, int B, int T, int Hkv, int D) {
+__global__ void __launch_bounds__(256) value_direction_sums_kernel(float* out, const floatX* v, size_t v_stride, int B, int T, int Hkv,
+                                                                   int D) {
     const size_t bg = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     if (bg >= (size_t)B * Hkv) return;  // whole warps leave together
     const int lane = threadIdx.x % 32;
     const size_t b = bg / Hkv, g = bg % Hkv;
     float sum[VALUE_SUMS_MAX_D / 32] = {0.0f, 0.0f, 0.0f, 0.0f}, count = 0.0f;
     for (int t = 0; t < T; t++) {
-        const floatX* vr = v + ((b * T + t) * Hkv + g) * D;
+        const floatX* vr = v + (b * T + t) * v_stride + g * D;
         float x[VALUE_SUMS_MAX_D / 32], vv = 0.0f;
 #pragma unroll
         for (int e = 0; e < VALUE_SUMS_MAX_D / 32; e++) {
@@ -328,11 +333,12 @@ __global__ void __launch_bounds__(256) value_direction_sums_kernel(float* out, c
     if (lane == 0) o[D] = count;
 }
 
-static inline void value_direction_sums_cuda(float* out, const floatX* v, int B, int T, int Hkv, int D, cudaStream_t stream) {
+static inline void value_direction_sums_cuda(float* out, const floatX* v, size_t v_stride, int B, int T, int Hkv, int D,
+                                             cudaStream_t stream) {
     if (D > VALUE_SUMS_MAX_D) fail("value_direction_sums_cuda: head_dim %d > %d", D, VALUE_SUMS_MAX_D);
     const int grid = ceil_div((long)B * Hkv * 32, 256);
     if (grid == 0) return;
-    value_direction_sums_kernel<<<grid, 256, 0, stream>>>(out, v, B, T, Hkv, D);
+    value_direction_sums_kernel<<<grid, 256, 0, stream>>>(out, v, v_stride, B, T, Hkv, D);
     cudaCheckLaunch();
 }
 
@@ -341,27 +347,32 @@ static inline void xsa_check_shape(int H, int Hkv, int D, const char* who) {
     if (Hkv <= 0 || H % Hkv != 0) fail("%s: %d query heads are not a multiple of %d kv heads", who, H, Hkv);
 }
 
-// z, y (tokens, H, D); v (tokens, Hkv, D); alpha (H, device) -> z = y - alpha proj_v(y)
-static inline void xsa_forward_cuda(floatX* z, const floatX* y, const floatX* v, size_t tokens, int H, int Hkv, int D,
+// z, y (tokens, H, D); v (tokens, Hkv, D), rows v_stride apart; alpha (H, device) -> z = y - alpha proj_v(y)
+static inline void xsa_forward_cuda(floatX* z, const floatX* y, const floatX* v, size_t v_stride, size_t tokens, int H, int Hkv, int D,
                                     const float* alpha, cudaStream_t stream) {
     xsa_check_shape(H, Hkv, D, "xsa_forward_cuda");
     const int block = 256, grid = ceil_div((long)(tokens * H), block / 32);
     if (grid == 0) return;
-    if (D == 64) xsa_forward_kernel<64><<<grid, block, 0, stream>>>(z, y, v, tokens, H, Hkv, alpha);
-    else xsa_forward_kernel<128><<<grid, block, 0, stream>>>(z, y, v, tokens, H, Hkv, alpha);
+    if (D == 64) xsa_forward_kernel<64><<<grid, block, 0, stream>>>(z, y, v, v_stride, tokens, H, Hkv, alpha);
+    else xsa_forward_kernel<128><<<grid, block, 0, stream>>>(z, y, v, v_stride, tokens, H, Hkv, alpha);
     cudaCheckLaunch();
 }
 
-// dz, y, dy (tokens, H, D); v, dv (tokens, Hkv, D); alpha (H); dalpha (tokens, H) or nullptr:
-// dy = (may alias dz), dv += the XSA term, dalpha = the per-token shares of dL/dalpha
-static inline void xsa_backward_cuda(floatX* dy, floatX* dv, float* dalpha, const floatX* dz, const floatX* y, const floatX* v,
-                                     size_t tokens, int H, int Hkv, int D, const float* alpha, cudaStream_t stream) {
+// dz, y, dy (tokens, H, D); v, dv (tokens, Hkv, D), rows v_stride, dv_stride apart; alpha (H); dalpha
+// (tokens, H) or nullptr: dy = (may alias dz), dv += the XSA term, dalpha = the per-token shares of dL/dalpha
+static inline void xsa_backward_cuda(floatX* dy, floatX* dv, size_t dv_stride, float* dalpha, const floatX* dz, const floatX* y,
+                                     const floatX* v, size_t v_stride, size_t tokens, int H, int Hkv, int D, const float* alpha,
+                                     cudaStream_t stream) {
     xsa_check_shape(H, Hkv, D, "xsa_backward_cuda");
     const int block = 256, grid = ceil_div((long)(tokens * Hkv), block / 32);
     if (grid == 0) return;
     // T only places delta, which the unfused op does not write: pass 1
-    if (D == 64) xsa_backward_kernel<64, false><<<grid, block, 0, stream>>>(dy, dv, nullptr, nullptr, dalpha, dz, y, v, tokens, 1, H, Hkv, alpha);
-    else xsa_backward_kernel<128, false><<<grid, block, 0, stream>>>(dy, dv, nullptr, nullptr, dalpha, dz, y, v, tokens, 1, H, Hkv, alpha);
+    if (D == 64)
+        xsa_backward_kernel<64, false><<<grid, block, 0, stream>>>(dy, dv, dv_stride, nullptr, nullptr, dalpha, dz, y, v, v_stride, tokens, 1, H,
+                                                                   Hkv, alpha);
+    else
+        xsa_backward_kernel<128, false><<<grid, block, 0, stream>>>(dy, dv, dv_stride, nullptr, nullptr, dalpha, dz, y, v, v_stride, tokens, 1,
+                                                                    H, Hkv, alpha);
     cudaCheckLaunch();
 }
 

@@ -64,13 +64,13 @@ static inline void attention_forward_naive_cpu(real* y, real* lse, const real* q
     }
 }
 
-// Generation, one new token per row: q (B, H, D) of the tokens at positions pos[b] against the KV cache
-// k_cache, v_cache (B, S, Hkv, D), whose row b holds positions 0..pos[b] (the new token's own k and v
-// already written) -> y (B, H, D). The keys are those the training forward gives query pos[b]:
-// pos - window .. pos.
+// Generation, one new token per row: q (B, H, D; row b at q + b * q_stride) of the tokens at positions
+// pos[b] against the KV cache k_cache, v_cache (B, S, Hkv, D), whose row b holds positions 0..pos[b] (the
+// new token's own k and v already written) -> y (B, H, D). The keys are those the training forward gives
+// query pos[b]: pos - window .. pos.
 template <typename real>
-static inline void attention_decode_cpu(real* y, const real* q, const real* k_cache, const real* v_cache, const int* pos, int B, int S,
-                                        int H, int Hkv, int D, int window) {
+static inline void attention_decode_cpu(real* y, const real* q, size_t q_stride, const real* k_cache, const real* v_cache, const int* pos,
+                                        int B, int S, int H, int Hkv, int D, int window) {
     const real scale = (real)1 / std::sqrt((real)D);
     const int group = H / Hkv;
     const size_t stride = (size_t)Hkv * D;
@@ -81,7 +81,7 @@ static inline void attention_decode_cpu(real* y, const real* q, const real* k_ca
         for (int b = 0; b < B; b++)
             for (int h = 0; h < H; h++) {
                 const size_t kv_base = (size_t)b * S * stride + (size_t)(h / group) * D, row = (size_t)b * H + h;
-                attention_row_cpu(y + row * D, q + row * D, k_cache + kv_base, v_cache + kv_base, stride, std::max(pos[b] - window, 0),
+                attention_row_cpu(y + row * D, q + b * q_stride + (size_t)h * D, k_cache + kv_base, v_cache + kv_base, stride, std::max(pos[b] - window, 0),
                                   pos[b], D, scale, scores.data());
             }
     }
@@ -151,12 +151,13 @@ static inline size_t attention_strip_floats(int T, int window) {
     return (size_t)ATTN_CPU_TILE * (size_t)std::min((long)T, (long)window + ATTN_CPU_TILE);
 }
 
-// q (B, T, H, D), k, v (B, T, Hkv, D) -> y (B, T, H, D), lse (B, H, T), as attention_forward_naive_cpu
-static inline void attention_forward_cpu(float* y, float* lse, const float* q, const float* k, const float* v, int B, int T, int H,
-                                         int Hkv, int D, int window) {
+// q (B, T, H, D), k, v (B, T, Hkv, D), rows `at` apart -> y (B, T, H, D), lse (B, H, T), as
+// attention_forward_naive_cpu
+static inline void attention_forward_cpu(float* y, float* lse, const float* q, const float* k, const float* v, QKVStrides at, int B, int T,
+                                         int H, int Hkv, int D, int window) {
     const float scale = 1.0f / std::sqrt((float)D);
     const int group = H / Hkv, tiles = (T + ATTN_CPU_TILE - 1) / ATTN_CPU_TILE;
-    const size_t q_stride = (size_t)H * D, kv_stride = (size_t)Hkv * D;  // from one position to the next
+    const size_t q_stride = at.q, kv_stride = at.kv, y_stride = (size_t)H * D;  // from one position to the next
 #pragma omp parallel
     {
         std::vector<float> strip(attention_strip_floats(T, window));
@@ -187,8 +188,8 @@ static inline void attention_forward_cpu(float* y, float* lse, const float* q, c
                         lse[((size_t)b * H + h) * T + i] = row_max + std::log(sum);
                     }
                     // y_tile (rows, D) = P (rows, nk) @ v_strip (nk, D)
-                    gemm_cpu(y + ((size_t)b * T + i0) * q_stride + (size_t)h * D, P, v + kv_offset, rows, D, nk, nk, (int)kv_stride,
-                             (int)q_stride, false, false, false);
+                    gemm_cpu(y + ((size_t)b * T + i0) * y_stride + (size_t)h * D, P, v + kv_offset, rows, D, nk, nk, (int)kv_stride,
+                             (int)y_stride, false, false, false);
                 }
     }
 }
@@ -197,12 +198,13 @@ static inline void attention_forward_cpu(float* y, float* lse, const float* q, c
 // tile: P recomputed from lse, dP = dy v^T, dS = P (dP - Delta) scale, then dq += dS k, dk += dS^T q,
 // dv += P^T dy, all five products GEMMs. One task per (b, kv head) owns its dk/dv rows (every query head
 // of its group, every tile in turn), so there are no races and the summation order is fixed.
+// q, dq rows `at.q` apart, k, v, dk, dv `at.kv` apart; dy, y (B, T, H, D).
 static inline void attention_backward_cpu(float* dq, float* dk, float* dv, const float* dy, const float* q, const float* k,
-                                          const float* v, const float* y, const float* lse, int B, int T, int H, int Hkv, int D,
-                                          int window) {
+                                          const float* v, QKVStrides at, const float* y, const float* lse, int B, int T, int H, int Hkv,
+                                          int D, int window) {
     const float scale = 1.0f / std::sqrt((float)D);
     const int group = H / Hkv, tiles = (T + ATTN_CPU_TILE - 1) / ATTN_CPU_TILE;
-    const size_t q_stride = (size_t)H * D, kv_stride = (size_t)Hkv * D;
+    const size_t q_stride = at.q, kv_stride = at.kv, y_stride = (size_t)H * D;
 #pragma omp parallel
     {
         std::vector<float> strips(2 * attention_strip_floats(T, window));
@@ -217,13 +219,14 @@ static inline void attention_backward_cpu(float* dq, float* dk, float* dv, const
                         int j_lo, nk;
                         attention_key_strip(i0, i1, window, &j_lo, &nk);
                         const size_t q_offset = ((size_t)b * T + i0) * q_stride + (size_t)h * D;
+                        const size_t y_offset = ((size_t)b * T + i0) * y_stride + (size_t)h * D;  // of dy and y
                         const size_t kv_offset = ((size_t)b * T + j_lo) * kv_stride + (size_t)kvh * D;
                         // scores P (rows, nk) = q_tile @ k_strip^T and dS (rows, nk) = dy_tile @ v_strip^T
                         gemm_cpu(P, q + q_offset, k + kv_offset, rows, nk, D, (int)q_stride, (int)kv_stride, nk, false, true, false);
-                        gemm_cpu(dS, dy + q_offset, v + kv_offset, rows, nk, D, (int)q_stride, (int)kv_stride, nk, false, true, false);
+                        gemm_cpu(dS, dy + y_offset, v + kv_offset, rows, nk, D, (int)y_stride, (int)kv_stride, nk, false, true, false);
                         for (int r = 0; r < rows; r++) {
                             const int i = i0 + r, lo = std::max(i - window, 0) - j_lo, hi = i - j_lo;  // visible: lo .. hi
-                            const size_t row = q_offset + (size_t)r * q_stride;
+                            const size_t row = y_offset + (size_t)r * y_stride;
                             const float delta = dot_lanes(dy + row, y + row, D), row_lse = lse[((size_t)b * H + h) * T + i];
                             float* p = P + (size_t)r * nk;
                             float* ds = dS + (size_t)r * nk;
@@ -237,7 +240,7 @@ static inline void attention_backward_cpu(float* dq, float* dk, float* dv, const
                         // dq_tile (rows, D) += dS @ k_strip; dk_strip (nk, D) += dS^T @ q_tile; dv_strip += P^T @ dy_tile
                         gemm_cpu(dq + q_offset, dS, k + kv_offset, rows, D, nk, nk, (int)kv_stride, (int)q_stride, false, false, true);
                         gemm_cpu(dk + kv_offset, dS, q + q_offset, nk, D, rows, nk, (int)q_stride, (int)kv_stride, true, false, true);
-                        gemm_cpu(dv + kv_offset, P, dy + q_offset, nk, D, rows, nk, (int)q_stride, (int)kv_stride, true, false, true);
+                        gemm_cpu(dv + kv_offset, P, dy + y_offset, nk, D, rows, nk, (int)y_stride, (int)kv_stride, true, false, true);
                     }
     }
 }
@@ -361,7 +364,8 @@ __device__ __forceinline__ void attn_store_rows(floatX* dst, size_t stride, cons
 
 // ---- forward ----
 
-// q, y, z (B, T, H, D); k, v (B, T, Hkv, D); lse (B, H, T). Grid (ceil(T / 64), B H), 128 threads: the
+// q (B, T, H, D), k, v (B, T, Hkv, D), rows `at` apart; y, z (B, T, H, D); lse (B, H, T). Grid
+// (ceil(T / 64), B H), 128 threads: the
 // query tiles of one (b, h) are consecutive blocks, so the blocks resident at once share a few heads' K/V
 // in L2 (with (b, h) fastest they would touch every head's: ~256 MB at d24, 32 rows, against ~60 MB of L2).
 // A block owns 64 queries of one head (warp w the 16 rows 16w..16w+15) and walks the 64-key tiles that
@@ -373,8 +377,8 @@ __device__ __forceinline__ void attn_store_rows(floatX* dst, size_t stride, cons
 // Shared memory: Q (64, D + 8), K and V (2, 64, D + 8) bf16 = 45 KB (D = 64), 85 KB (D = 128).
 template <int D>
 __global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(
-        floatX* z, floatX* y, float* lse, const floatX* q, const floatX* k, const floatX* v, int T, int H, int Hkv,
-        int window, float scale, const float* alpha) {
+        floatX* z, floatX* y, float* lse, const floatX* q, const floatX* k, const floatX* v, QKVStrides at, int T, int H,
+        int Hkv, int window, float scale, const float* alpha) {
     constexpr int BQ = ATT_TILE, BK = ATT_TILE, LD = D + ATT_PAD;
     extern __shared__ __align__(16) unsigned char attn_smem[];
     floatX* Qs = reinterpret_cast<floatX*>(attn_smem);  // (BQ, LD)
@@ -384,10 +388,10 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
     const int b = blockIdx.y / H, h = blockIdx.y % H, kvh = h / (H / Hkv);
     const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ;  // the last (longest) query tiles of a head start first
-    const size_t qstride = (size_t)H * D, kvstride = (size_t)Hkv * D;
-    const floatX* qb = q + ((size_t)b * T * H + h) * D;  // token i of this (b, h) at qb + i * qstride
-    const floatX* kb = k + ((size_t)b * T * Hkv + kvh) * D;
-    const floatX* vb = v + ((size_t)b * T * Hkv + kvh) * D;
+    const size_t qstride = at.q, kvstride = at.kv, ystride = (size_t)H * D;
+    const floatX* qb = q + (size_t)b * T * qstride + (size_t)h * D;  // token i of this (b, h) at qb + i * qstride
+    const floatX* kb = k + (size_t)b * T * kvstride + (size_t)kvh * D;
+    const floatX* vb = v + (size_t)b * T * kvstride + (size_t)kvh * D;
 
     // key tiles with a key in [q0 - window, q0 + BQ - 1]; tiles entirely outside the window are skipped.
     // BQ == BK, so the last tile is the diagonal one, k0 == q0.
@@ -514,13 +518,13 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(
     attn_stage_rows<D>(Ys, o, 1.0f / l[0], 1.0f / l[1]);
     __syncwarp();
     const int valid = T - (q0 + warp * 16);
-    floatX* yw = y + ((size_t)b * T * H + h) * D + (size_t)(q0 + warp * 16) * qstride;
-    attn_store_rows<D>(yw, qstride, Ys, valid);
+    floatX* yw = y + ((size_t)b * T * H + h) * D + (size_t)(q0 + warp * 16) * ystride;
+    attn_store_rows<D>(yw, ystride, Ys, valid);
     if (z != nullptr) {
         // XSA: one row at a time, lane holding D / 32 elements; the own value row of token i is row
         // i - q0 of the diagonal tile, the last one loaded (buffer (kt_hi - kt_lo) & 1)
         const floatX* Vd = Vs + ((kt_hi - kt_lo) & 1) * BK * LD + warp * 16 * LD;
-        floatX* zw = z + ((size_t)b * T * H + h) * D + (size_t)(q0 + warp * 16) * qstride;
+        floatX* zw = z + ((size_t)b * T * H + h) * D + (size_t)(q0 + warp * 16) * ystride;
         for (int r = 0; r < 16 && r < valid; r++) {
             float2 yy[D / 64], vv[D / 64];
             float sv = 0.0f, nn = 0.0f;
@@ -536,7 +540,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(
             const float coef = alpha[h] * (sv / (nn + XSA_EPS));
 #pragma unroll
             for (int e = 0; e < D / 64; e++)
-                xsa_store2(zw + r * qstride, lane, e, yy[e].x - coef * vv[e].x, yy[e].y - coef * vv[e].y);
+                xsa_store2(zw + r * ystride, lane, e, yy[e].x - coef * vv[e].x, yy[e].y - coef * vv[e].y);
         }
     }
 }
@@ -560,7 +564,8 @@ __global__ void attention_delta_kernel(float* delta, const floatX* dy, const flo
     if (lane == 0) delta[(b * H + h) * T + t] = acc;
 }
 
-// dq (B, T, H, D) = scale sum_j dS_ij k_j with dS = P (dy v^T - delta), P recomputed from lse.
+// dq (B, T, H, D) = scale sum_j dS_ij k_j with dS = P (dy v^T - delta), P recomputed from lse; q, dq rows
+// at.q apart, k, v at.kv; dy (B, T, H, D).
 // Grid (ceil(T / 64), B H), 128 threads (the tiles of one head consecutive, as in the forward); a block
 // owns the dq rows of 64 queries of one head and walks the same key tiles as the forward (K/V double-buffered). Warp w: query rows 16w..16w+15; its Q and dY A
 // fragments are re-read from shared memory per k-step (holding them would cost 64 more registers at D = 128).
@@ -568,7 +573,7 @@ __global__ void attention_delta_kernel(float* delta, const floatX* dy, const flo
 template <int D>
 __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_kernel(
         floatX* dq, const floatX* dy, const floatX* q, const floatX* k, const floatX* v, const float* lse,
-        const float* delta, int T, int H, int Hkv, int window, float scale) {
+        const float* delta, QKVStrides at, int T, int H, int Hkv, int window, float scale) {
     constexpr int BQ = ATT_TILE, BK = ATT_TILE, LD = D + ATT_PAD;
     extern __shared__ __align__(16) unsigned char attn_smem[];
     floatX* Qs = reinterpret_cast<floatX*>(attn_smem);  // (BQ, LD)
@@ -579,14 +584,15 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_kernel(
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
     const int b = blockIdx.y / H, h = blockIdx.y % H, kvh = h / (H / Hkv);
     const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ;
-    const size_t qstride = (size_t)H * D, kvstride = (size_t)Hkv * D;
-    const size_t qoff = ((size_t)b * T * H + h) * D;  // token i of this (b, h) at qoff + i * qstride
-    const floatX* kb = k + ((size_t)b * T * Hkv + kvh) * D;
-    const floatX* vb = v + ((size_t)b * T * Hkv + kvh) * D;
+    const size_t qstride = at.q, kvstride = at.kv, ystride = (size_t)H * D;
+    const size_t qoff = (size_t)b * T * qstride + (size_t)h * D;  // token i of this (b, h) at qoff + i * qstride
+    const size_t yoff = ((size_t)b * T * H + h) * D;              // of dy: yoff + i * ystride
+    const floatX* kb = k + (size_t)b * T * kvstride + (size_t)kvh * D;
+    const floatX* vb = v + (size_t)b * T * kvstride + (size_t)kvh * D;
 
     const int kt_lo = max(0, q0 - window) / BK, kt_hi = q0 / BK;
     attn_load_tile<D, BQ>(Qs, q + qoff + q0 * qstride, qstride, T - q0);
-    attn_load_tile<D, BQ>(dYs, dy + qoff + q0 * qstride, qstride, T - q0);
+    attn_load_tile<D, BQ>(dYs, dy + yoff + q0 * ystride, ystride, T - q0);
     attn_load_tile<D, BK>(Ks, kb + (size_t)kt_lo * BK * kvstride, kvstride, T - kt_lo * BK);
     attn_load_tile<D, BK>(Vs, vb + (size_t)kt_lo * BK * kvstride, kvstride, T - kt_lo * BK);
     attn_cp_async_commit();
@@ -681,7 +687,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_kernel(
 }
 
 // dk (B, T, Hkv, D) = scale sum_{h in group, i} dS_ij q_i;  dv = sum_{h, i} P_ij dy_i (+ dv_extra, fp32
-// (B, T, Hkv, D), when XSA is fused: its self-position term). Grid (ceil(T / 64), B Hkv), 128 threads.
+// (B, T, Hkv, D), when XSA is fused: its self-position term); q rows at.q apart, k, v, dk, dv at.kv; dy
+// (B, T, H, D). Grid (ceil(T / 64), B Hkv), 128 threads.
 // A block owns 64 keys of one kv head (warp w: keys 16w..16w+15) and visits, in a fixed order, every query
 // head of the group and every query tile of BQ rows that sees those keys ([k0, k0 + 63 + window]):
 // s^T = K Q^T, dp^T = V dY^T (keys x queries), P^T from lse, dS^T = P^T (dp^T - delta); dv += P^T dY,
@@ -692,7 +699,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_kernel(
 template <int D>
 __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_kernel(
         floatX* dk, floatX* dv, const floatX* dy, const floatX* q, const floatX* k, const floatX* v,
-        const float* lse, const float* delta, const float* dv_extra, int T, int H, int Hkv, int window,
+        const float* lse, const float* delta, const float* dv_extra, QKVStrides at, int T, int H, int Hkv, int window,
         float scale) {
     constexpr int BK = ATT_TILE, BQ = D == 64 ? 64 : 32, LD = D + ATT_PAD;
     extern __shared__ __align__(16) unsigned char attn_smem[];
@@ -706,17 +713,17 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_kernel(
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
     const int b = blockIdx.y / Hkv, kvh = blockIdx.y % Hkv, group = H / Hkv;
     const int k0 = blockIdx.x * BK;  // the first key tiles see the most queries: they start first
-    const size_t qstride = (size_t)H * D, kvstride = (size_t)Hkv * D;
-    const size_t kvoff = ((size_t)b * T * Hkv + kvh) * D + (size_t)k0 * kvstride;  // this block's first key
+    const size_t qstride = at.q, kvstride = at.kv, ystride = (size_t)H * D;
+    const size_t kvoff = ((size_t)b * T + k0) * kvstride + (size_t)kvh * D;  // this block's first key
 
     const int qt_lo = k0 / BQ, qt_hi = min(T - 1, k0 + BK - 1 + window) / BQ;
     const int nq = qt_hi - qt_lo + 1, iters = group * nq;  // iteration it: head kvh group + it / nq, tile qt_lo + it % nq
     // starts the loads of iteration it into buffer buf: Q and dY rows async, lse and delta by plain stores
     auto load_iter = [&](int it, int buf) {
         const int h = kvh * group + it / nq, i0 = (qt_lo + it % nq) * BQ;
-        const size_t qoff = ((size_t)b * T * H + h) * D + (size_t)i0 * qstride;
+        const size_t qoff = ((size_t)b * T + i0) * qstride + (size_t)h * D, yoff = ((size_t)b * T + i0) * ystride + (size_t)h * D;
         attn_load_tile<D, BQ>(Qs + buf * BQ * LD, q + qoff, qstride, T - i0);
-        attn_load_tile<D, BQ>(dYs + buf * BQ * LD, dy + qoff, qstride, T - i0);
+        attn_load_tile<D, BQ>(dYs + buf * BQ * LD, dy + yoff, ystride, T - i0);
         for (int r = threadIdx.x; r < BQ; r += ATT_THREADS) {
             const size_t idx = ((size_t)b * H + h) * T + i0 + r;
             Ls[buf * BQ + r] = i0 + r < T ? lse[idx] * ATT_LOG2E : 0.0f;
@@ -817,7 +824,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_kernel(
         for (int r = 0; r < 2; r++) {
             const int j = key0 + 8 * r;
             if (j >= T) continue;
-            const float* ex = dv_extra + ((size_t)b * T * Hkv + kvh) * D + (size_t)j * kvstride;
+            const float* ex = dv_extra + (((size_t)b * T + j) * Hkv + kvh) * D;
 #pragma unroll
             for (int nt = 0; nt < D / 8; nt++) {
                 const float2 add = *reinterpret_cast<const float2*>(ex + nt * 8 + 2 * c);
@@ -839,7 +846,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_kernel(
 
 // ---- generation: one new query per row against the KV cache ----
 
-// y (B, H, D) = attention of q (B, H, D), the new tokens at positions pos[b] (device memory), over the
+// y (B, H, D) = attention of q (B, H, D; row b at q + b q_stride), the new tokens at positions pos[b] (device memory), over the
 // cache k_cache, v_cache (B, S, Hkv, D): attention_decode_cpu. Grid B*H, DECODE_THREADS threads. Each
 // generated token reads the whole (windowed) cache once for ~4 FLOPs per bf16 element, so the kernel is
 // bound by that read and stays simple: online softmax over chunks of DECODE_THREADS keys, one key per
@@ -847,7 +854,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_kernel(
 // chunk's p_j v_j into its own output channels d = tid, tid + DECODE_THREADS, ...
 static const int DECODE_THREADS = 128;
 template <int D>
-__global__ void __launch_bounds__(DECODE_THREADS) attention_decode_kernel(floatX* y, const floatX* q, const floatX* k_cache,
+__global__ void __launch_bounds__(DECODE_THREADS) attention_decode_kernel(floatX* y, const floatX* q, size_t q_stride, const floatX* k_cache,
                                                                           const floatX* v_cache, const int* pos, int S, int H, int Hkv,
                                                                           int window, float scale) {
     constexpr int PER_THREAD = (D + DECODE_THREADS - 1) / DECODE_THREADS;
@@ -857,7 +864,7 @@ __global__ void __launch_bounds__(DECODE_THREADS) attention_decode_kernel(floatX
     const int b = blockIdx.x / H, h = blockIdx.x % H, tid = threadIdx.x;
     const int i = pos[b], j0 = max(i - window, 0);
     const size_t stride = (size_t)Hkv * D, base = (size_t)b * S * stride + (size_t)(h / (H / Hkv)) * D;
-    const floatX* qi = q + ((size_t)b * H + h) * D;
+    const floatX* qi = q + (size_t)b * q_stride + (size_t)h * D;
     for (int d = tid; d < D; d += DECODE_THREADS) q_row[d] = to_float(qi[d]);
     __syncthreads();
     float acc[PER_THREAD] = {};
@@ -904,6 +911,11 @@ static inline void attention_check_shape(int B, int T, int H, int Hkv, int D, in
     if ((long)B * H > 65535) fail("%s: B x H = %ld is past the grid's 65535 blocks in y", who, (long)B * H);
 }
 
+// the tiles are loaded with 16-byte copies: every row of q, k, v (dq, dk, dv) starts 16-byte aligned
+static inline void attention_check_strides(QKVStrides at) {
+    if (at.q % 8 != 0 || at.kv % 8 != 0) fail("attention: row strides %zu and %zu are not multiples of 8 elements", at.q, at.kv);
+}
+
 // dynamic shared memory of each kernel (bytes)
 static inline int attention_forward_smem(int D) { return 5 * ATT_TILE * (D + ATT_PAD) * (int)sizeof(floatX); }
 static inline int attention_dq_smem(int D) { return 6 * ATT_TILE * (D + ATT_PAD) * (int)sizeof(floatX); }
@@ -948,8 +960,9 @@ static inline size_t attention_backward_scratch_floats(int B, int T, int H, int 
 // forward: y (B, T, H, D), lse (B, H, T); z (B, T, H, D) = XSA of y when z != nullptr
 template <int D>
 static void attention_forward_launch(floatX* z, floatX* y, float* lse, const floatX* q, const floatX* k,
-                                     const floatX* v, int B, int T, int H, int Hkv, int window, const float* alpha,
+                                     const floatX* v, QKVStrides at, int B, int T, int H, int Hkv, int window, const float* alpha,
                                      cudaStream_t stream) {
+    attention_check_strides(at);
     const int smem = attention_forward_smem(D);
     static bool once = [&] {  // > 48 KB of dynamic shared memory must be opted into, once per kernel
         cudaCheck(cudaFuncSetAttribute(attention_forward_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -957,7 +970,7 @@ static void attention_forward_launch(floatX* z, floatX* y, float* lse, const flo
     }();
     (void)once;
     const dim3 grid(ceil_div(T, ATT_TILE), B * H);
-    attention_forward_kernel<D><<<grid, ATT_THREADS, smem, stream>>>(z, y, lse, q, k, v, T, H, Hkv, window,
+    attention_forward_kernel<D><<<grid, ATT_THREADS, smem, stream>>>(z, y, lse, q, k, v, at, T, H, Hkv, window,
                                                                      1.0f / sqrtf((float)D), alpha);
     cudaCheckLaunch();
 }
@@ -965,9 +978,10 @@ static void attention_forward_launch(floatX* z, floatX* y, float* lse, const flo
 // backward given dy (B, T, H, D) and delta (B, H, T): dq, dk, dv =
 template <int D>
 static void attention_backward_launch(floatX* dq, floatX* dk, floatX* dv, const floatX* dy, const floatX* q,
-                                      const floatX* k, const floatX* v, const float* lse, const float* delta,
+                                      const floatX* k, const floatX* v, QKVStrides at, const float* lse, const float* delta,
                                       const float* dv_extra, int B, int T, int H, int Hkv, int window,
                                       cudaStream_t stream) {
+    attention_check_strides(at);
     const int smem_dq = attention_dq_smem(D), smem_dkdv = attention_dkdv_smem(D);
     static bool once = [&] {
         cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_dq));
@@ -978,47 +992,51 @@ static void attention_backward_launch(floatX* dq, floatX* dk, floatX* dv, const 
     const float scale = 1.0f / sqrtf((float)D);
     const dim3 grid_kv(ceil_div(T, ATT_TILE), B * Hkv), grid_q(ceil_div(T, ATT_TILE), B * H);
     attention_backward_dkdv_kernel<D><<<grid_kv, ATT_THREADS, smem_dkdv, stream>>>(dk, dv, dy, q, k, v, lse, delta, dv_extra,
-                                                                                  T, H, Hkv, window, scale);
+                                                                                  at, T, H, Hkv, window, scale);
     cudaCheckLaunch();
-    attention_backward_dq_kernel<D><<<grid_q, ATT_THREADS, smem_dq, stream>>>(dq, dy, q, k, v, lse, delta, T, H, Hkv,
+    attention_backward_dq_kernel<D><<<grid_q, ATT_THREADS, smem_dq, stream>>>(dq, dy, q, k, v, lse, delta, at, T, H, Hkv,
                                                                               window, scale);
     cudaCheckLaunch();
 }
 
-// q, y (B, T, H, D); k, v (B, T, Hkv, D); lse (B, H, T). Pointers 16-byte aligned.
-static inline void attention_forward_cuda(floatX* y, float* lse, const floatX* q, const floatX* k, const floatX* v,
+// q (B, T, H, D), k, v (B, T, Hkv, D), rows `at` apart; y (B, T, H, D); lse (B, H, T). Pointers and strides
+// 16-byte aligned.
+static inline void attention_forward_cuda(floatX* y, float* lse, const floatX* q, const floatX* k, const floatX* v, QKVStrides at,
                                           int B, int T, int H, int Hkv, int D, int window, cudaStream_t stream) {
     attention_check_shape(B, T, H, Hkv, D, window, "attention_forward_cuda");
     window = std::min(window, T);  // a window past T changes nothing, and keeps k0 + window from overflowing
-    if (D == 64) attention_forward_launch<64>(nullptr, y, lse, q, k, v, B, T, H, Hkv, window, nullptr, stream);
-    else attention_forward_launch<128>(nullptr, y, lse, q, k, v, B, T, H, Hkv, window, nullptr, stream);
+    if (D == 64) attention_forward_launch<64>(nullptr, y, lse, q, k, v, at, B, T, H, Hkv, window, nullptr, stream);
+    else attention_forward_launch<128>(nullptr, y, lse, q, k, v, at, B, T, H, Hkv, window, nullptr, stream);
 }
 
 // as attention_forward_cuda, plus z (B, T, H, D) = y - alpha proj_v(y) with the token's own v (y kept);
 // alpha (H) in device memory
 static inline void attention_forward_xsa_cuda(floatX* z, floatX* y, float* lse, const floatX* q, const floatX* k,
-                                              const floatX* v, int B, int T, int H, int Hkv, int D, int window,
+                                              const floatX* v, QKVStrides at, int B, int T, int H, int Hkv, int D, int window,
                                               const float* alpha, cudaStream_t stream) {
     attention_check_shape(B, T, H, Hkv, D, window, "attention_forward_xsa_cuda");
     window = std::min(window, T);
-    if (D == 64) attention_forward_launch<64>(z, y, lse, q, k, v, B, T, H, Hkv, window, alpha, stream);
-    else attention_forward_launch<128>(z, y, lse, q, k, v, B, T, H, Hkv, window, alpha, stream);
+    if (D == 64) attention_forward_launch<64>(z, y, lse, q, k, v, at, B, T, H, Hkv, window, alpha, stream);
+    else attention_forward_launch<128>(z, y, lse, q, k, v, at, B, T, H, Hkv, window, alpha, stream);
 }
 
-// Generation: y (B, H, D) from q (B, H, D) at positions pos (B, device) over k_cache, v_cache (B, S, Hkv, D)
-static inline void attention_decode_cuda(floatX* y, const floatX* q, const floatX* k_cache, const floatX* v_cache, const int* pos, int B,
-                                         int S, int H, int Hkv, int D, int window, cudaStream_t stream) {
+// Generation: y (B, H, D) from q (B, H, D; rows q_stride apart) at positions pos (B, device) over k_cache, v_cache
+// (B, S, Hkv, D)
+static inline void attention_decode_cuda(floatX* y, const floatX* q, size_t q_stride, const floatX* k_cache, const floatX* v_cache,
+                                         const int* pos, int B, int S, int H, int Hkv, int D, int window, cudaStream_t stream) {
     attention_check_shape(B, S, H, Hkv, D, window, "attention_decode_cuda");
     const float scale = 1.0f / sqrtf((float)D);
-    if (D == 64) attention_decode_kernel<64><<<B * H, DECODE_THREADS, 0, stream>>>(y, q, k_cache, v_cache, pos, S, H, Hkv, window, scale);
-    else attention_decode_kernel<128><<<B * H, DECODE_THREADS, 0, stream>>>(y, q, k_cache, v_cache, pos, S, H, Hkv, window, scale);
+    if (D == 64)
+        attention_decode_kernel<64><<<B * H, DECODE_THREADS, 0, stream>>>(y, q, q_stride, k_cache, v_cache, pos, S, H, Hkv, window, scale);
+    else attention_decode_kernel<128><<<B * H, DECODE_THREADS, 0, stream>>>(y, q, q_stride, k_cache, v_cache, pos, S, H, Hkv, window, scale);
     cudaCheckLaunch();
 }
 
-// dy, q, y (B, T, H, D); k, v (B, T, Hkv, D); lse (B, H, T) -> dq (B, T, H, D), dk, dv (B, T, Hkv, D),
-// all OVERWRITTEN. scratch: attention_backward_scratch_floats(B, T, H, Hkv, D, false) floats.
+// dy, y (B, T, H, D); q (B, T, H, D), k, v (B, T, Hkv, D), rows `at` apart; lse (B, H, T) -> dq (B, T, H,
+// D), dk, dv (B, T, Hkv, D), rows `at` apart, all OVERWRITTEN. scratch: attention_backward_scratch_floats(B,
+// T, H, Hkv, D, false) floats.
 static inline void attention_backward_cuda(floatX* dq, floatX* dk, floatX* dv, const floatX* dy, const floatX* q,
-                                           const floatX* k, const floatX* v, const floatX* y, const float* lse,
+                                           const floatX* k, const floatX* v, QKVStrides at, const floatX* y, const float* lse,
                                            int B, int T, int H, int Hkv, int D, int window, float* scratch,
                                            cudaStream_t stream) {
     attention_check_shape(B, T, H, Hkv, D, window, "attention_backward_cuda");
@@ -1029,11 +1047,11 @@ static inline void attention_backward_cuda(floatX* dq, floatX* dk, floatX* dv, c
     if (D == 64) {
         attention_delta_kernel<64><<<grid, 256, 0, stream>>>(delta, dy, y, rows, T, H);
         cudaCheckLaunch();
-        attention_backward_launch<64>(dq, dk, dv, dy, q, k, v, lse, delta, nullptr, B, T, H, Hkv, window, stream);
+        attention_backward_launch<64>(dq, dk, dv, dy, q, k, v, at, lse, delta, nullptr, B, T, H, Hkv, window, stream);
     } else {
         attention_delta_kernel<128><<<grid, 256, 0, stream>>>(delta, dy, y, rows, T, H);
         cudaCheckLaunch();
-        attention_backward_launch<128>(dq, dk, dv, dy, q, k, v, lse, delta, nullptr, B, T, H, Hkv, window, stream);
+        attention_backward_launch<128>(dq, dk, dv, dy, q, k, v, at, lse, delta, nullptr, B, T, H, Hkv, window, stream);
     }
 }
 
@@ -1041,10 +1059,10 @@ static inline void attention_backward_cuda(floatX* dq, floatX* dk, floatX* dv, c
 // preprocessing (xsa_backward_kernel, one warp per (token, kv head)) writes dy = dz - alpha_h (u/n) v to
 // scratch (bf16), delta = rowsum(dy y), the XSA self-position dv term (fp32), and, when dalpha is not null
 // (learnable alpha), the per-token shares of dL/dalpha (B*T, H); the dK/dV kernel adds the dv term to its
-// accumulator before rounding. alpha (H) in device memory. dq, dk, dv OVERWRITTEN.
-// scratch: attention_backward_scratch_floats(B, T, H, Hkv, D, true) floats.
+// accumulator before rounding. alpha (H) in device memory. dq, dk, dv OVERWRITTEN; q, k, v, dq, dk, dv rows
+// `at` apart. scratch: attention_backward_scratch_floats(B, T, H, Hkv, D, true) floats.
 static inline void attention_backward_xsa_cuda(floatX* dq, floatX* dk, floatX* dv, const floatX* dz, const floatX* q,
-                                               const floatX* k, const floatX* v, const floatX* y, const float* lse,
+                                               const floatX* k, const floatX* v, QKVStrides at, const floatX* y, const float* lse,
                                                int B, int T, int H, int Hkv, int D, int window, const float* alpha,
                                                float* dalpha, float* scratch, cudaStream_t stream) {
     attention_check_shape(B, T, H, Hkv, D, window, "attention_backward_xsa_cuda");
@@ -1056,13 +1074,15 @@ static inline void attention_backward_xsa_cuda(floatX* dq, floatX* dk, floatX* d
     float* delta = scratch + s.delta;
     const int grid = ceil_div((long)(tokens * Hkv), 8);
     if (D == 64) {
-        xsa_backward_kernel<64, true><<<grid, 256, 0, stream>>>(dy, nullptr, dv_extra, delta, dalpha, dz, y, v, tokens, T, H, Hkv, alpha);
+        xsa_backward_kernel<64, true><<<grid, 256, 0, stream>>>(dy, nullptr, 0, dv_extra, delta, dalpha, dz, y, v, at.kv, tokens, T, H, Hkv,
+                                                                  alpha);
         cudaCheckLaunch();
-        attention_backward_launch<64>(dq, dk, dv, dy, q, k, v, lse, delta, dv_extra, B, T, H, Hkv, window, stream);
+        attention_backward_launch<64>(dq, dk, dv, dy, q, k, v, at, lse, delta, dv_extra, B, T, H, Hkv, window, stream);
     } else {
-        xsa_backward_kernel<128, true><<<grid, 256, 0, stream>>>(dy, nullptr, dv_extra, delta, dalpha, dz, y, v, tokens, T, H, Hkv, alpha);
+        xsa_backward_kernel<128, true><<<grid, 256, 0, stream>>>(dy, nullptr, 0, dv_extra, delta, dalpha, dz, y, v, at.kv, tokens, T, H, Hkv,
+                                                                  alpha);
         cudaCheckLaunch();
-        attention_backward_launch<128>(dq, dk, dv, dy, q, k, v, lse, delta, dv_extra, B, T, H, Hkv, window, stream);
+        attention_backward_launch<128>(dq, dk, dv, dy, q, k, v, at, lse, delta, dv_extra, B, T, H, Hkv, window, stream);
     }
 }
 

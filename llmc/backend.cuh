@@ -253,6 +253,15 @@ static inline void backend_copy(void* dst, const void* src, size_t bytes) {
 #endif
 }
 
+// within backend memory: `rows` rows of row_bytes, src_pitch bytes apart, to dst, dst_pitch bytes apart
+static inline void backend_copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t rows) {
+#ifdef __CUDACC__
+    cudaCheck(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyDeviceToDevice, g_backend.stream));
+#else
+    for (size_t r = 0; r < rows; r++) memcpy((char*)dst + r * dst_pitch, (const char*)src + r * src_pitch, row_bytes);
+#endif
+}
+
 // host -> backend; the host buffer may be reused as soon as this returns
 static inline void backend_upload(void* dst, const void* host_src, size_t bytes) {
 #ifdef __CUDACC__
@@ -445,15 +454,16 @@ static inline void rmsnorm_backward(floatX* dinp, const floatX* dout, const floa
     CUDA_OR_CPU(rmsnorm_backward_cuda(dinp, dout, out, rstd, rows, C, scale, dinp_write, g_backend.stream),
                 rmsnorm_backward_cpu(dinp, dout, out, rstd, rows, C, scale, dinp_write));
 }
-static inline void rotary_rmsnorm_forward(floatX* x, float* rstd, const float* cos_table, const float* sin_table, int B, int T, int heads,
-                                          int D, float scale) {
-    CUDA_OR_CPU(rotary_rmsnorm_forward_cuda(x, rstd, cos_table, sin_table, B, T, heads, D, scale, g_backend.stream),
-                rotary_rmsnorm_forward_cpu(x, rstd, cos_table, sin_table, B, T, heads, D, scale));
+// x: token n's heads at x + n * stride (rotary.cuh); so are dinp, dout and out
+static inline void rotary_rmsnorm_forward(floatX* x, size_t stride, float* rstd, const float* cos_table, const float* sin_table, int B, int T,
+                                          int heads, int D, float scale) {
+    CUDA_OR_CPU(rotary_rmsnorm_forward_cuda(x, stride, rstd, cos_table, sin_table, B, T, heads, D, scale, g_backend.stream),
+                rotary_rmsnorm_forward_cpu(x, stride, rstd, cos_table, sin_table, B, T, heads, D, scale));
 }
-static inline void rotary_rmsnorm_backward(floatX* dinp, const floatX* dout, const floatX* out, const float* rstd, const float* cos_table,
-                                           const float* sin_table, int B, int T, int heads, int D, float scale) {
-    CUDA_OR_CPU(rotary_rmsnorm_backward_cuda(dinp, dout, out, rstd, cos_table, sin_table, B, T, heads, D, scale, g_backend.stream),
-                rotary_rmsnorm_backward_cpu(dinp, dout, out, rstd, cos_table, sin_table, B, T, heads, D, scale));
+static inline void rotary_rmsnorm_backward(floatX* dinp, const floatX* dout, const floatX* out, size_t stride, const float* rstd,
+                                           const float* cos_table, const float* sin_table, int B, int T, int heads, int D, float scale) {
+    CUDA_OR_CPU(rotary_rmsnorm_backward_cuda(dinp, dout, out, stride, rstd, cos_table, sin_table, B, T, heads, D, scale, g_backend.stream),
+                rotary_rmsnorm_backward_cpu(dinp, dout, out, stride, rstd, cos_table, sin_table, B, T, heads, D, scale));
 }
 static inline void relu2_forward(floatX* out, const floatX* inp, size_t n) {
     CUDA_OR_CPU(relu2_forward_cuda(out, inp, n, g_backend.stream), relu2_forward_cpu(out, inp, n));
@@ -506,27 +516,29 @@ static inline void smear_backward(floatX* dx, float* dw, float* dlambda, const f
     CUDA_OR_CPU(smear_backward_cuda(dx, dw, dlambda, dout, x, gate_logit, w, lambda, B, T, C, g_backend.scratch, g_backend.stream),
                 smear_backward_cpu(dx, dw, dlambda, dout, x, gate_logit, w, lambda, B, T, C));
 }
-static inline void value_embed_forward(floatX* v, float* gate, const floatX* h, const float* wg, const float* table, const int* idx, size_t N,
-                                       int C, int Hkv, int D) {
-    CUDA_OR_CPU(value_embed_forward_cuda(v, gate, h, wg, table, idx, N, C, Hkv, D, g_backend.stream),
-                value_embed_forward_cpu(v, gate, h, wg, table, idx, N, C, Hkv, D));
+static inline void value_embed_forward(floatX* v, size_t v_stride, float* gate, const floatX* h, const float* wg, const float* table,
+                                       const int* idx, size_t N, int C, int Hkv, int D) {
+    CUDA_OR_CPU(value_embed_forward_cuda(v, v_stride, gate, h, wg, table, idx, N, C, Hkv, D, g_backend.stream),
+                value_embed_forward_cpu(v, v_stride, gate, h, wg, table, idx, N, C, Hkv, D));
 }
-static inline void value_embed_backward(floatX* dve, floatX* dh, float* dwg, const floatX* dv, const float* gate, const floatX* h,
-                                        const float* wg, const float* table, const int* idx, size_t N, int C, int Hkv, int D) {
-    CUDA_OR_CPU(value_embed_backward_cuda(dve, dh, dwg, dv, gate, h, wg, table, idx, N, C, Hkv, D, g_backend.scratch, g_backend.stream),
-                value_embed_backward_cpu(dve, dh, dwg, dv, gate, h, wg, table, idx, N, C, Hkv, D));
+static inline void value_embed_backward(floatX* dve, floatX* dh, float* dwg, const floatX* dv, size_t dv_stride, const float* gate,
+                                        const floatX* h, const float* wg, const float* table, const int* idx, size_t N, int C, int Hkv, int D) {
+    CUDA_OR_CPU(value_embed_backward_cuda(dve, dh, dwg, dv, dv_stride, gate, h, wg, table, idx, N, C, Hkv, D, g_backend.scratch,
+                                          g_backend.stream),
+                value_embed_backward_cpu(dve, dh, dwg, dv, dv_stride, gate, h, wg, table, idx, N, C, Hkv, D));
 }
 // weight: the matmul copy of the parameter (bf16 on CUDA, the fp32 master itself on the CPU)
 static inline void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, int M, int K, int N) {
     CUDA_OR_CPU(matmul_forward_cuda(out, inp, weight, M, K, N, g_backend.stream), matmul_forward_cpu(out, inp, weight, M, K, N));
 }
 static inline void xsa_diagnostics(float* out, const floatX* y, const floatX* z, const floatX* v, const floatX* q, const floatX* k,
-                                   const float* lse, int B, int T, int H, int Hkv, int D) {
-    CUDA_OR_CPU(xsa_diagnostics_cuda(out, y, z, v, q, k, lse, B, T, H, Hkv, D, g_backend.stream),
-                xsa_diagnostics_cpu(out, y, z, v, q, k, lse, B, T, H, Hkv, D));
+                                   QKVStrides at, const float* lse, int B, int T, int H, int Hkv, int D) {
+    CUDA_OR_CPU(xsa_diagnostics_cuda(out, y, z, v, q, k, at, lse, B, T, H, Hkv, D, g_backend.stream),
+                xsa_diagnostics_cpu(out, y, z, v, q, k, at, lse, B, T, H, Hkv, D));
 }
-static inline void value_direction_sums(float* out, const floatX* v, int B, int T, int Hkv, int D) {
-    CUDA_OR_CPU(value_direction_sums_cuda(out, v, B, T, Hkv, D, g_backend.stream), value_direction_sums_cpu(out, v, B, T, Hkv, D));
+static inline void value_direction_sums(float* out, const floatX* v, size_t v_stride, int B, int T, int Hkv, int D) {
+    CUDA_OR_CPU(value_direction_sums_cuda(out, v, v_stride, B, T, Hkv, D, g_backend.stream),
+                value_direction_sums_cpu(out, v, v_stride, B, T, Hkv, D));
 }
 static inline void matmul_forward_add(floatX* out, const floatX* inp, const floatX* weight, const floatX* residual, int M, int K, int N) {
     CUDA_OR_CPU(matmul_forward_add_cuda(out, inp, weight, residual, M, K, N, g_backend.stream),
@@ -556,64 +568,71 @@ static inline void softcap(floatX* logits, size_t n, float cap) {
 }
 
 // Attention, followed on XSA layers by the projection: z = y - alpha_h proj_v(y), alpha (H) per query head in
-// backend memory. On CUDA the projection is fused into attention's epilogue unless g_backend.xsa_fused is
-// off; the CPU always runs the two ops.
-static inline void attention_xsa_forward(floatX* z, floatX* y, float* lse, const floatX* q, const floatX* k, const floatX* v, int B, int T,
-                                         int H, int Hkv, int D, int window, const float* alpha) {
+// backend memory. q, k, v: rows `at` apart (QKVStrides). On CUDA the projection is fused into attention's
+// epilogue unless g_backend.xsa_fused is off; the CPU always runs the two ops.
+static inline void attention_xsa_forward(floatX* z, floatX* y, float* lse, const floatX* q, const floatX* k, const floatX* v, QKVStrides at,
+                                         int B, int T, int H, int Hkv, int D, int window, const float* alpha) {
     const bool xsa = alpha != nullptr;
 #ifdef __CUDACC__
     if (xsa && g_backend.xsa_fused) {
-        attention_forward_xsa_cuda(z, y, lse, q, k, v, B, T, H, Hkv, D, window, alpha, g_backend.stream);
+        attention_forward_xsa_cuda(z, y, lse, q, k, v, at, B, T, H, Hkv, D, window, alpha, g_backend.stream);
         return;
     }
-    attention_forward_cuda(y, lse, q, k, v, B, T, H, Hkv, D, window, g_backend.stream);
-    if (xsa) xsa_forward_cuda(z, y, v, (size_t)B * T, H, Hkv, D, alpha, g_backend.stream);
+    attention_forward_cuda(y, lse, q, k, v, at, B, T, H, Hkv, D, window, g_backend.stream);
+    if (xsa) xsa_forward_cuda(z, y, v, at.kv, (size_t)B * T, H, Hkv, D, alpha, g_backend.stream);
 #else
-    attention_forward_cpu(y, lse, q, k, v, B, T, H, Hkv, D, window);
-    if (xsa) xsa_forward_cpu(z, y, v, (size_t)B * T, H, Hkv, D, alpha);
+    attention_forward_cpu(y, lse, q, k, v, at, B, T, H, Hkv, D, window);
+    if (xsa) xsa_forward_cpu(z, y, v, at.kv, (size_t)B * T, H, Hkv, D, alpha);
 #endif
 }
 
 // Generation's attention: the new token of each row (q (B, H, D), at position pos[b], pos in backend
 // memory) over the KV cache (B, S, Hkv, D) -> y (B, H, D); then on XSA layers (alpha non-null) z = y -
 // alpha_h proj_v(y) with the new tokens' own values v (B, Hkv, D), the op the training forward uses unfused.
+// q and v: rows `at` apart.
 static inline void attention_decode_xsa_forward(floatX* z, floatX* y, const floatX* q, const floatX* k_cache, const floatX* v_cache,
-                                                const floatX* v, const int* pos, int B, int S, int H, int Hkv, int D, int window,
-                                                const float* alpha) {
-    CUDA_OR_CPU(attention_decode_cuda(y, q, k_cache, v_cache, pos, B, S, H, Hkv, D, window, g_backend.stream),
-                attention_decode_cpu(y, q, k_cache, v_cache, pos, B, S, H, Hkv, D, window));
-    if (alpha) CUDA_OR_CPU(xsa_forward_cuda(z, y, v, (size_t)B, H, Hkv, D, alpha, g_backend.stream), xsa_forward_cpu(z, y, v, (size_t)B, H, Hkv, D, alpha));
+                                                const floatX* v, QKVStrides at, const int* pos, int B, int S, int H, int Hkv, int D,
+                                                int window, const float* alpha) {
+    CUDA_OR_CPU(attention_decode_cuda(y, q, at.q, k_cache, v_cache, pos, B, S, H, Hkv, D, window, g_backend.stream),
+                attention_decode_cpu(y, q, at.q, k_cache, v_cache, pos, B, S, H, Hkv, D, window));
+    if (alpha)
+        CUDA_OR_CPU(xsa_forward_cuda(z, y, v, at.kv, (size_t)B, H, Hkv, D, alpha, g_backend.stream),
+                    xsa_forward_cpu(z, y, v, at.kv, (size_t)B, H, Hkv, D, alpha));
 }
 
 // Given dz = dL/dz (dL/dy on layers without XSA: alpha null), writes dq, dk, dv (=), and with a learnable
 // alpha the per-token shares of dL/dalpha into dalpha (B*T, H) (null for a fixed alpha). dz may be overwritten.
+// q, k, v, dq, dk, dv: rows `at` apart.
 static inline void attention_xsa_backward(floatX* dq, floatX* dk, floatX* dv, float* dalpha, floatX* dz, const floatX* q, const floatX* k,
-                                          const floatX* v, const floatX* y, const float* lse, int B, int T, int H, int Hkv, int D, int window,
-                                          const float* alpha) {
+                                          const floatX* v, QKVStrides at, const floatX* y, const float* lse, int B, int T, int H, int Hkv,
+                                          int D, int window, const float* alpha) {
     const size_t tokens = (size_t)B * T;
     const bool xsa = alpha != nullptr;
 #ifdef __CUDACC__
     if (xsa && g_backend.xsa_fused) {
-        attention_backward_xsa_cuda(dq, dk, dv, dz, q, k, v, y, lse, B, T, H, Hkv, D, window, alpha, dalpha, g_backend.scratch, g_backend.stream);
+        attention_backward_xsa_cuda(dq, dk, dv, dz, q, k, v, at, y, lse, B, T, H, Hkv, D, window, alpha, dalpha, g_backend.scratch,
+                                    g_backend.stream);
         return;
     }
     if (!xsa) {
-        attention_backward_cuda(dq, dk, dv, dz, q, k, v, y, lse, B, T, H, Hkv, D, window, g_backend.scratch, g_backend.stream);
+        attention_backward_cuda(dq, dk, dv, dz, q, k, v, at, y, lse, B, T, H, Hkv, D, window, g_backend.scratch, g_backend.stream);
         return;
     }
     // unfused: XSA's own self-position dv term goes to its region of the scratch, past what the attention
     // backward uses (see attention_backward_scratch), since the attention backward overwrites dv
     floatX* dv_xsa = (floatX*)(g_backend.scratch + attention_backward_scratch(tokens, H, Hkv, D, ATTN_BWD_XSA_UNFUSED).dv_xsa);
     backend_zero(dv_xsa, tokens * Hkv * D * sizeof(floatX));
-    xsa_backward_cuda(dz, dv_xsa, dalpha, dz, y, v, tokens, H, Hkv, D, alpha, g_backend.stream);
-    attention_backward_cuda(dq, dk, dv, dz, q, k, v, y, lse, B, T, H, Hkv, D, window, g_backend.scratch, g_backend.stream);
-    add_inplace_cuda(dv, dv_xsa, tokens * Hkv * D, g_backend.stream);
+    xsa_backward_cuda(dz, dv_xsa, (size_t)Hkv * D, dalpha, dz, y, v, at.kv, tokens, H, Hkv, D, alpha, g_backend.stream);
+    attention_backward_cuda(dq, dk, dv, dz, q, k, v, at, y, lse, B, T, H, Hkv, D, window, g_backend.scratch, g_backend.stream);
+    add_rows_inplace_cuda(dv, at.kv, dv_xsa, tokens, Hkv * D, g_backend.stream);
 #else
-    memset(dq, 0, tokens * H * D * sizeof(float));
-    memset(dk, 0, tokens * Hkv * D * sizeof(float));
-    memset(dv, 0, tokens * Hkv * D * sizeof(float));
-    if (xsa) xsa_backward_cpu(dz, dv, dalpha, dz, y, v, tokens, H, Hkv, D, alpha);  // dz becomes dL/dy; dv gets XSA's term
-    attention_backward_cpu(dq, dk, dv, dz, q, k, v, y, lse, B, T, H, Hkv, D, window);
+    for (size_t n = 0; n < tokens; n++) {  // the CPU ops accumulate
+        memset(dq + n * at.q, 0, (size_t)H * D * sizeof(float));
+        memset(dk + n * at.kv, 0, (size_t)Hkv * D * sizeof(float));
+        memset(dv + n * at.kv, 0, (size_t)Hkv * D * sizeof(float));
+    }
+    if (xsa) xsa_backward_cpu(dz, dv, dalpha, dz, y, v, at.kv, tokens, H, Hkv, D, alpha);  // dz becomes dL/dy; dv gets XSA's term
+    attention_backward_cpu(dq, dk, dv, dz, q, k, v, at, y, lse, B, T, H, Hkv, D, window);
 #endif
 }
 

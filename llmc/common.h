@@ -244,6 +244,17 @@ static inline void fill_normal(float* dst, size_t n, float std, Rng* rng) {
 enum GradWrite { GRAD_OVERWRITE, GRAD_ACCUMULATE };
 
 // ----------------------------------------------------------------------------------------------------
+// Where token n's rows of q, k, v (and of their gradients dq, dk, dv) start: q + n * q, k and v + n * kv.
+// Separate buffers: {H D, Hkv D} (qkv_separate); the model's one (tokens, (H + 2 Hkv) D) buffer, which one
+// GEMM fills with q | k | v per token: that width for both (qkv_fused). Attention's outputs y, z and their
+// gradients stay (tokens, H, D).
+struct QKVStrides {
+    size_t q, kv;
+};
+static inline QKVStrides qkv_separate(int H, int Hkv, int D) { return {(size_t)H * D, (size_t)Hkv * D}; }
+static inline QKVStrides qkv_fused(int H, int Hkv, int D) { return {(size_t)(H + 2 * Hkv) * D, (size_t)(H + 2 * Hkv) * D}; }
+
+// ----------------------------------------------------------------------------------------------------
 // Deterministic reductions. Sums over many elements are split into fixed-size blocks (independent of
 // the thread count), each block summed in order in double, then the block sums added in order. So the
 // result is bit-identical for any number of OpenMP threads and between runs.

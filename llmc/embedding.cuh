@@ -106,12 +106,12 @@ static inline void smear_backward_cpu(float* dx, float* dw, float* dlambda, cons
     for (int c = 0; c < SMEAR_CHANNELS; c++) dw[c] += (float)dwacc[c];
 }
 
-// Value-embedding mix (ResFormer style), in place on v (N, Hkv, D):
+// Value-embedding mix (ResFormer style), in place on v (N, Hkv, D; token n's row at v + n * v_stride):
 //   gate[n, g] = 3 * sigmoid(h[n, 0:12] . wg[g, :]);  v[n, g, :] += gate[n, g] * table[idx[n]][g, :]
 // h (N, C) is the normed block input, wg (Hkv, 12), table (V_pad, Hkv*D) the layer's value embeddings
 // (looked up by the raw token id); gate (N, Hkv) is kept for the backward.
-static inline void value_embed_forward_cpu(float* v, float* gate, const float* h, const float* wg, const float* table, const int* idx,
-                                           size_t N, int C, int Hkv, int D) {
+static inline void value_embed_forward_cpu(float* v, size_t v_stride, float* gate, const float* h, const float* wg, const float* table,
+                                           const int* idx, size_t N, int C, int Hkv, int D) {
 #pragma omp parallel for schedule(static)
     for (long n = 0; n < (long)N; n++)
         for (int g = 0; g < Hkv; g++) {
@@ -119,27 +119,30 @@ static inline void value_embed_forward_cpu(float* v, float* gate, const float* h
             for (int c = 0; c < VE_GATE_CHANNELS; c++) a += h[(size_t)n * C + c] * wg[g * VE_GATE_CHANNELS + c];
             float gt = 3.0f * sigmoidf(a);
             gate[(size_t)n * Hkv + g] = gt;
-            float* vr = v + ((size_t)n * Hkv + g) * D;
+            float* vr = v + (size_t)n * v_stride + (size_t)g * D;
             const float* er = table + ((size_t)idx[n] * Hkv + g) * D;
             for (int d = 0; d < D; d++) vr[d] += gt * er[d];
         }
 }
 
-// Backward of the mix given dv (N, Hkv, D): dve (N, Hkv*D) = gate * dv (overwrites; the caller scatters it
-// into the table with embedding_backward), dh[:, 0:12] +=, dwg (Hkv, 12) +=. d(3 sigmoid(a))/da = gate (1 - gate/3).
-static inline void value_embed_backward_cpu(float* dve, float* dh, float* dwg, const float* dv, const float* gate, const float* h,
-                                            const float* wg, const float* table, const int* idx, size_t N, int C, int Hkv, int D) {
+// Backward of the mix given dv (N, Hkv, D; token n's row at dv + n * dv_stride): dve (N, Hkv*D) = gate * dv
+// (overwrites; the caller scatters it into the table with embedding_backward), dh[:, 0:12] +=, dwg (Hkv, 12)
+// +=. d(3 sigmoid(a))/da = gate (1 - gate/3).
+static inline void value_embed_backward_cpu(float* dve, float* dh, float* dwg, const float* dv, size_t dv_stride, const float* gate,
+                                            const float* h, const float* wg, const float* table, const int* idx, size_t N, int C, int Hkv,
+                                            int D) {
     std::vector<float> da(N * Hkv);
 #pragma omp parallel for schedule(static)
     for (long n = 0; n < (long)N; n++)
         for (int g = 0; g < Hkv; g++) {
-            size_t row = ((size_t)n * Hkv + g) * D;
+            const float* dvr = dv + (size_t)n * dv_stride + (size_t)g * D;
+            float* dver = dve + ((size_t)n * Hkv + g) * D;
             const float* er = table + ((size_t)idx[n] * Hkv + g) * D;
             float gt = gate[(size_t)n * Hkv + g];
             float dgate = 0.0f;
             for (int d = 0; d < D; d++) {
-                dgate += dv[row + d] * er[d];
-                dve[row + d] = gt * dv[row + d];
+                dgate += dvr[d] * er[d];
+                dver[d] = gt * dvr[d];
             }
             float dan = dgate * gt * (1.0f - gt / 3.0f);
             da[(size_t)n * Hkv + g] = dan;
@@ -608,9 +611,10 @@ static inline size_t value_embed_scratch_floats(int Hkv) { return (size_t)VE_PAR
 
 static inline int ve_group(int per) { return per <= 8 ? 8 : per <= 16 ? 16 : 32; }
 
-// v (N, Hkv, D) += gate * table[idx[n]] (row segment g); gate (N, Hkv) = 3 sigmoid(h[n, 0:12] . wg[g, :])
+// v (N, Hkv, D; rows v_stride apart) += gate * table[idx[n]] (row segment g); gate (N, Hkv) = 3 sigmoid(h[n,
+// 0:12] . wg[g, :])
 template <int G, bool VEC>
-__global__ void __launch_bounds__(256) value_embed_forward_kernel(floatX* v, float* gate, const floatX* h, const float* wg,
+__global__ void __launch_bounds__(256) value_embed_forward_kernel(floatX* v, size_t v_stride, float* gate, const floatX* h, const float* wg,
                                                                   const float* table, const int* idx, size_t N, int C, int Hkv, int D) {
     const size_t p = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / G;
     if (p >= N * Hkv) return;
@@ -622,7 +626,7 @@ __global__ void __launch_bounds__(256) value_embed_forward_kernel(floatX* v, flo
     const float gt = 3.0f * sigmoid_device(a);
     if (lane == 0) gate[p] = gt;
     const float* e = table + (size_t)idx[n] * Hkv * D + (size_t)g * D;
-    floatX* vr = v + p * D;
+    floatX* vr = v + n * v_stride + (size_t)g * D;
     if (VEC) {
         for (int j = lane; j < D / 8; j += G) {
             float vv[8], ev[8];
@@ -640,10 +644,11 @@ __global__ void __launch_bounds__(256) value_embed_forward_kernel(floatX* v, flo
 // Backward over tiles of VE_TILE tokens (grid-stride, fixed grid). Per pair (n, g): dgate = dv . ve (group
 // sum), dve = gate dv, da = dgate gate (1 - gate / 3) into shared memory; then per token dh[n, 0:12] +=
 // sum_g da[n, g] wg[g, :] (g in order), and per block the dwg (Hkv, 12) partial += sum over the tile's tokens
-// of da[n, g] h[n, :] (tokens in order; thread j owns entry j). Shared: VE_TILE*Hkv + Hkv*12 floats.
+// of da[n, g] h[n, :] (tokens in order; thread j owns entry j). Shared: VE_TILE*Hkv + Hkv*12 floats. dv rows
+// dv_stride apart.
 template <int G, bool VEC>
 __global__ void __launch_bounds__(VE_THREADS) value_embed_backward_kernel(floatX* dve, floatX* dh, float* partials, const floatX* dv,
-                                                                          const float* gate, const floatX* h, const float* wg,
+                                                                          size_t dv_stride, const float* gate, const floatX* h, const float* wg,
                                                                           const float* table, const int* idx, size_t N, int C,
                                                                           int Hkv, int D) {
     extern __shared__ float smem[];
@@ -661,7 +666,7 @@ __global__ void __launch_bounds__(VE_THREADS) value_embed_backward_kernel(floatX
             const int g = (int)(p % Hkv);
             const float gt = gate[p];
             const float* e = table + (size_t)idx[n] * Hkv * D + (size_t)g * D;
-            const floatX* dvr = dv + p * D;
+            const floatX* dvr = dv + n * dv_stride + (size_t)g * D;
             floatX* dver = dve + p * D;
             float dg = 0.0f;
             if (VEC) {
@@ -706,51 +711,57 @@ __global__ void __launch_bounds__(VE_THREADS) value_embed_backward_kernel(floatX
 }
 
 template <int G, bool VEC>
-static inline void value_embed_forward_launch(floatX* v, float* gate, const floatX* h, const float* wg, const float* table,
+static inline void value_embed_forward_launch(floatX* v, size_t v_stride, float* gate, const floatX* h, const float* wg, const float* table,
                                               const int* idx, size_t N, int C, int Hkv, int D, cudaStream_t stream) {
-    value_embed_forward_kernel<G, VEC><<<ceil_div((long)(N * Hkv) * G, 256), 256, 0, stream>>>(v, gate, h, wg, table, idx, N, C, Hkv, D);
+    value_embed_forward_kernel<G, VEC><<<ceil_div((long)(N * Hkv) * G, 256), 256, 0, stream>>>(v, v_stride, gate, h, wg, table, idx, N, C, Hkv,
+                                                                                                D);
 }
 
 template <int G, bool VEC>
-static inline void value_embed_backward_launch(int grid, floatX* dve, floatX* dh, float* partials, const floatX* dv, const float* gate,
-                                               const floatX* h, const float* wg, const float* table, const int* idx, size_t N,
-                                               int C, int Hkv, int D, cudaStream_t stream) {
+static inline void value_embed_backward_launch(int grid, floatX* dve, floatX* dh, float* partials, const floatX* dv, size_t dv_stride,
+                                               const float* gate, const floatX* h, const float* wg, const float* table, const int* idx,
+                                               size_t N, int C, int Hkv, int D, cudaStream_t stream) {
     const size_t smem = (size_t)(VE_TILE * Hkv + Hkv * VE_GATE_CHANNELS) * sizeof(float);
-    value_embed_backward_kernel<G, VEC><<<grid, VE_THREADS, smem, stream>>>(dve, dh, partials, dv, gate, h, wg, table, idx, N, C, Hkv, D);
+    value_embed_backward_kernel<G, VEC><<<grid, VE_THREADS, smem, stream>>>(dve, dh, partials, dv, dv_stride, gate, h, wg, table, idx, N, C,
+                                                                            Hkv, D);
 }
 
-static inline bool ve_vec_ok(int D, const void* a, const void* b) { return D % 8 == 0 && aligned16(a) && aligned16(b); }
+// 16-byte vectors: D and the row stride multiples of 8 elements, both buffers 16-byte aligned
+static inline bool ve_vec_ok(int D, size_t stride, const void* a, const void* b) {
+    return D % 8 == 0 && stride % 8 == 0 && aligned16(a) && aligned16(b);
+}
 
-// v (N, Hkv, D) += 3 sigmoid(h[:, :12] . wg[g]) table[idx[n]]; gate (N, Hkv) fp32 kept for the backward.
-// h (N, C) bf16, wg (Hkv, 12) and table (rows, Hkv*D) fp32, idx (N) on the device.
-static inline void value_embed_forward_cuda(floatX* v, float* gate, const floatX* h, const float* wg, const float* table,
+// v (N, Hkv, D; rows v_stride apart) += 3 sigmoid(h[:, :12] . wg[g]) table[idx[n]]; gate (N, Hkv) fp32 kept
+// for the backward. h (N, C) bf16, wg (Hkv, 12) and table (rows, Hkv*D) fp32, idx (N) on the device.
+static inline void value_embed_forward_cuda(floatX* v, size_t v_stride, float* gate, const floatX* h, const float* wg, const float* table,
                                             const int* idx, size_t N, int C, int Hkv, int D, cudaStream_t stream) {
     if (N == 0 || Hkv == 0) return;
-    if (ve_vec_ok(D, v, table)) {
+    if (ve_vec_ok(D, v_stride, v, table)) {
         const int G = ve_group(D / 8);
-        if (G == 8) value_embed_forward_launch<8, true>(v, gate, h, wg, table, idx, N, C, Hkv, D, stream);
-        else if (G == 16) value_embed_forward_launch<16, true>(v, gate, h, wg, table, idx, N, C, Hkv, D, stream);
-        else value_embed_forward_launch<32, true>(v, gate, h, wg, table, idx, N, C, Hkv, D, stream);
+        if (G == 8) value_embed_forward_launch<8, true>(v, v_stride, gate, h, wg, table, idx, N, C, Hkv, D, stream);
+        else if (G == 16) value_embed_forward_launch<16, true>(v, v_stride, gate, h, wg, table, idx, N, C, Hkv, D, stream);
+        else value_embed_forward_launch<32, true>(v, v_stride, gate, h, wg, table, idx, N, C, Hkv, D, stream);
     } else {
-        value_embed_forward_launch<32, false>(v, gate, h, wg, table, idx, N, C, Hkv, D, stream);
+        value_embed_forward_launch<32, false>(v, v_stride, gate, h, wg, table, idx, N, C, Hkv, D, stream);
     }
     cudaCheckLaunch();
 }
 
-// dve (N, Hkv*D) = gate dv (overwrites), dh (N, C)[:, :12] +=, dwg (Hkv, 12) +=; scratch:
-// value_embed_scratch_floats(Hkv) floats. Then embedding_backward_cuda(table grad, dve, buckets, Hkv*D).
-static inline void value_embed_backward_cuda(floatX* dve, floatX* dh, float* dwg, const floatX* dv, const float* gate,
+// dve (N, Hkv*D) = gate dv (overwrites; dv rows dv_stride apart), dh (N, C)[:, :12] +=, dwg (Hkv, 12) +=;
+// scratch: value_embed_scratch_floats(Hkv) floats. Then embedding_backward_cuda(table grad, dve, buckets, Hkv*D).
+static inline void value_embed_backward_cuda(floatX* dve, floatX* dh, float* dwg, const floatX* dv, size_t dv_stride, const float* gate,
                                              const floatX* h, const float* wg, const float* table, const int* idx, size_t N,
                                              int C, int Hkv, int D, float* scratch, cudaStream_t stream) {
     if (N == 0 || Hkv == 0) return;
     const int grid = (int)std::min<size_t>(VE_PARTIALS, (N + VE_TILE - 1) / VE_TILE);
-    if (ve_vec_ok(D, dve, dv) && aligned16(table)) {
+    if (ve_vec_ok(D, dv_stride, dve, dv) && aligned16(table)) {
         const int G = ve_group(D / 8);
-        if (G == 8) value_embed_backward_launch<8, true>(grid, dve, dh, scratch, dv, gate, h, wg, table, idx, N, C, Hkv, D, stream);
-        else if (G == 16) value_embed_backward_launch<16, true>(grid, dve, dh, scratch, dv, gate, h, wg, table, idx, N, C, Hkv, D, stream);
-        else value_embed_backward_launch<32, true>(grid, dve, dh, scratch, dv, gate, h, wg, table, idx, N, C, Hkv, D, stream);
+        if (G == 8) value_embed_backward_launch<8, true>(grid, dve, dh, scratch, dv, dv_stride, gate, h, wg, table, idx, N, C, Hkv, D, stream);
+        else if (G == 16)
+            value_embed_backward_launch<16, true>(grid, dve, dh, scratch, dv, dv_stride, gate, h, wg, table, idx, N, C, Hkv, D, stream);
+        else value_embed_backward_launch<32, true>(grid, dve, dh, scratch, dv, dv_stride, gate, h, wg, table, idx, N, C, Hkv, D, stream);
     } else {
-        value_embed_backward_launch<32, false>(grid, dve, dh, scratch, dv, gate, h, wg, table, idx, N, C, Hkv, D, stream);
+        value_embed_backward_launch<32, false>(grid, dve, dh, scratch, dv, dv_stride, gate, h, wg, table, idx, N, C, Hkv, D, stream);
     }
     cudaCheckLaunch();
     const int HK = Hkv * VE_GATE_CHANNELS;

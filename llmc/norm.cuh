@@ -12,35 +12,37 @@ static const float RMSNORM_EPS = 1.1920929e-07f;
 
 // out (rows, C) = scale * inp * rstd; rstd (rows) = 1 / sqrt(mean(inp^2) + eps), kept for the backward.
 // `rows` is B*T for the residual stream, or B*T*heads with C = head_dim for QK-norm.
+// One row: y (C) = scale * x * rstd (y may be x); returns rstd
+static inline float rmsnorm_row_forward_cpu(float* y, const float* x, int C, float scale) {
+    const float s = 1.0f / sqrtf(dot_lanes(x, x, C) / C + RMSNORM_EPS);
+    for (int i = 0; i < C; i++) y[i] = scale * (x[i] * s);
+    return s;
+}
+
 static inline void rmsnorm_forward_cpu(float* out, float* rstd, const float* inp, size_t rows, int C, float scale) {
 #pragma omp parallel for schedule(static)
-    for (long r = 0; r < (long)rows; r++) {
-        const float* x = inp + (size_t)r * C;
-        float* y = out + (size_t)r * C;
-        float s = 1.0f / sqrtf(dot_lanes(x, x, C) / C + RMSNORM_EPS);
-        for (int i = 0; i < C; i++) y[i] = scale * (x[i] * s);
-        rstd[r] = s;
-    }
+    for (long r = 0; r < (long)rows; r++) rstd[r] = rmsnorm_row_forward_cpu(out + (size_t)r * C, inp + (size_t)r * C, C, scale);
 }
 
 // dinp (rows, C) = or += scale * rstd * (dout - xhat * mean(dout * xhat)) (dinp_write), with xhat =
 // out / scale the unit-RMS input. Using the saved output instead of the input keeps one buffer fewer
 // alive between the passes.
+// One row: dx (C) = or += (accumulate) the above, given g = dout, y = out (C) and the row's rstd; dx may be g
+// (each element is read before it is written)
+static inline void rmsnorm_row_backward_cpu(float* dx, const float* g, const float* y, float rstd, int C, float scale, bool accumulate) {
+    const float inv_scale = 1.0f / scale;
+    float dot = 0.0f;  // sum_i g_i * xhat_i
+    for (int i = 0; i < C; i++) dot += g[i] * (y[i] * inv_scale);
+    const float mean_dot = dot / C, s = scale * rstd;
+    for (int i = 0; i < C; i++) dx[i] = (accumulate ? dx[i] : 0.0f) + s * (g[i] - (y[i] * inv_scale) * mean_dot);
+}
+
 static inline void rmsnorm_backward_cpu(float* dinp, const float* dout, const float* out, const float* rstd,
                                         size_t rows, int C, float scale, GradWrite dinp_write) {
-    const bool accumulate = dinp_write == GRAD_ACCUMULATE;
 #pragma omp parallel for schedule(static)
-    for (long r = 0; r < (long)rows; r++) {
-        const float* g = dout + (size_t)r * C;
-        const float* y = out + (size_t)r * C;
-        float* dx = dinp + (size_t)r * C;
-        float inv_scale = 1.0f / scale;
-        float dot = 0.0f;  // sum_i g_i * xhat_i
-        for (int i = 0; i < C; i++) dot += g[i] * (y[i] * inv_scale);
-        float mean_dot = dot / C;
-        float s = scale * rstd[r];
-        for (int i = 0; i < C; i++) dx[i] = (accumulate ? dx[i] : 0.0f) + s * (g[i] - (y[i] * inv_scale) * mean_dot);
-    }
+    for (long r = 0; r < (long)rows; r++)
+        rmsnorm_row_backward_cpu(dinp + (size_t)r * C, dout + (size_t)r * C, out + (size_t)r * C, rstd[r], C, scale,
+                                 dinp_write == GRAD_ACCUMULATE);
 }
 
 // ----------------------------------------------------------------------------------------------------

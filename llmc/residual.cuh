@@ -186,6 +186,15 @@ __global__ void __launch_bounds__(256) add_inplace_kernel(floatX* y, const float
     }
 }
 
+// y (rows, cols; rows y_stride apart) += x (rows, cols), one thread per element: strided rows of a fused
+// buffer (the unfused XSA backward's dv term into dv's rows of the q|k|v gradient), off the hot path
+__global__ void __launch_bounds__(256) add_rows_inplace_kernel(floatX* y, size_t y_stride, const floatX* x, size_t rows, int cols) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows * cols) return;
+    floatX* yi = y + (i / cols) * y_stride + i % cols;
+    *yi = to_floatX(to_float(*yi) + to_float(x[i]));
+}
+
 // y (n) += factor * scalar[0] * x
 template <bool VEC>
 __global__ void __launch_bounds__(256) scaled_add_kernel(floatX* y, const float* scalar, float factor, const floatX* x, size_t n) {
@@ -243,6 +252,13 @@ static inline void add_inplace_cuda(floatX* y, const floatX* x, size_t n, cudaSt
     if (n == 0) return;
     if (aligned16(y) && aligned16(x)) add_inplace_kernel<true><<<residual_grid(n), 256, 0, stream>>>(y, x, n);
     else add_inplace_kernel<false><<<residual_grid(n), 256, 0, stream>>>(y, x, n);
+    cudaCheckLaunch();
+}
+
+// y (rows, cols; rows y_stride apart) += x (rows, cols)
+static inline void add_rows_inplace_cuda(floatX* y, size_t y_stride, const floatX* x, size_t rows, int cols, cudaStream_t stream) {
+    if (rows * cols == 0) return;
+    add_rows_inplace_kernel<<<ceil_div((long)(rows * cols), 256), 256, 0, stream>>>(y, y_stride, x, rows, cols);
     cudaCheckLaunch();
 }
 

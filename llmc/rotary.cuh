@@ -25,25 +25,27 @@ static inline void rotary_tables(float* cos_table, float* sin_table, int T, int 
 // ----------------------------------------------------------------------------------------------------
 // CPU backend
 
-// x (B, T, heads, D) rotated in place by -theta when sign = 1 (the forward):
+// One head vector v (D) of a token at position t rotated in place by -theta when sign = 1 (the forward):
 //   out1 = x1*cos + x2*sin, out2 = -x1*sin + x2*cos;
-// the rotation is orthogonal, so the backward is the same with sign = -1 (its transpose, +theta).
+// the rotation is orthogonal, so the backward is the same with sign = -1 (its transpose, +theta). c, s: the
+// tables' row t (D/2).
+static inline void rotary_rotate_row_cpu(float* v, const float* c, const float* s, float sign, int D) {
+    const int half = D / 2;
+    for (int j = 0; j < half; j++) {
+        float x1 = v[j], x2 = v[j + half], sj = sign * s[j];
+        v[j] = x1 * c[j] + x2 * sj;
+        v[j + half] = -x1 * sj + x2 * c[j];
+    }
+}
+
+// x (B, T, heads, D) rotated in place (rotary_rotate_row_cpu on every head vector)
 static inline void rotary_rotate_cpu(float* x, const float* cos_table, const float* sin_table, float sign, int B, int T, int heads, int D) {
-    int half = D / 2;
+    const int half = D / 2;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            const float* c = cos_table + t * half;
-            const float* s = sin_table + t * half;
-            for (int h = 0; h < heads; h++) {
-                float* v = x + (((size_t)b * T + t) * heads + h) * D;
-                for (int j = 0; j < half; j++) {
-                    float x1 = v[j], x2 = v[j + half], sj = sign * s[j];
-                    v[j] = x1 * c[j] + x2 * sj;
-                    v[j + half] = -x1 * sj + x2 * c[j];
-                }
-            }
-        }
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < heads; h++)
+                rotary_rotate_row_cpu(x + (((size_t)b * T + t) * heads + h) * D, cos_table + t * half, sin_table + t * half, sign, D);
 }
 
 static inline void rotary_forward_cpu(float* x, const float* cos_table, const float* sin_table, int B, int T, int heads, int D) {
@@ -55,20 +57,36 @@ static inline void rotary_backward_cpu(float* dx, const float* cos_table, const 
     rotary_rotate_cpu(dx, cos_table, sin_table, -1.0f, B, T, heads, D);
 }
 
-// x (B, T, heads, D) in place: the rotary, then each head vector RMS-normalised and multiplied by scale
-// (QK-norm); rstd (B, T, heads) of the rotated vectors
-static inline void rotary_rmsnorm_forward_cpu(float* x, float* rstd, const float* cos_table, const float* sin_table, int B, int T,
-                                              int heads, int D, float scale) {
-    rotary_forward_cpu(x, cos_table, sin_table, B, T, heads, D);
-    rmsnorm_forward_cpu(x, rstd, x, (size_t)B * T * heads, D, scale);
+// x (B, T, heads, D), token n's heads at x + n * stride, in place: the rotary, then each head vector
+// RMS-normalised and multiplied by scale (QK-norm); rstd (B, T, heads) of the rotated vectors
+static inline void rotary_rmsnorm_forward_cpu(float* x, size_t stride, float* rstd, const float* cos_table, const float* sin_table, int B,
+                                              int T, int heads, int D, float scale) {
+    const int half = D / 2;
+#pragma omp parallel for schedule(static)
+    for (long n = 0; n < (long)B * T; n++) {
+        const int t = (int)(n % T);
+        for (int h = 0; h < heads; h++) {
+            float* v = x + (size_t)n * stride + (size_t)h * D;
+            rotary_rotate_row_cpu(v, cos_table + t * half, sin_table + t * half, 1.0f, D);
+            rstd[(size_t)n * heads + h] = rmsnorm_row_forward_cpu(v, v, D, scale);
+        }
+    }
 }
 
 // dinp (B, T, heads, D) = dL/d(the rotary's input), overwritten, given dout = dL/d(the forward's output),
-// out (the forward's output) and rstd
-static inline void rotary_rmsnorm_backward_cpu(float* dinp, const float* dout, const float* out, const float* rstd, const float* cos_table,
-                                               const float* sin_table, int B, int T, int heads, int D, float scale) {
-    rmsnorm_backward_cpu(dinp, dout, out, rstd, (size_t)B * T * heads, D, scale, GRAD_OVERWRITE);
-    rotary_backward_cpu(dinp, cos_table, sin_table, B, T, heads, D);
+// out (the forward's output) and rstd; the three with token n's heads at + n * stride; dinp may be dout.
+static inline void rotary_rmsnorm_backward_cpu(float* dinp, const float* dout, const float* out, size_t stride, const float* rstd,
+                                               const float* cos_table, const float* sin_table, int B, int T, int heads, int D, float scale) {
+    const int half = D / 2;
+#pragma omp parallel for schedule(static)
+    for (long n = 0; n < (long)B * T; n++) {
+        const int t = (int)(n % T);
+        for (int h = 0; h < heads; h++) {
+            const size_t at = (size_t)n * stride + (size_t)h * D;
+            rmsnorm_row_backward_cpu(dinp + at, dout + at, out + at, rstd[(size_t)n * heads + h], D, scale, false);
+            rotary_rotate_row_cpu(dinp + at, cos_table + t * half, sin_table + t * half, -1.0f, D);
+        }
+    }
 }
 
 // ----------------------------------------------------------------------------------------------------
@@ -147,17 +165,19 @@ static inline void rotary_backward_cuda(floatX* dx, const float* cos_table, cons
 // in between). D = 64 (G = 4) and 128 (G = 8) with 16-byte aligned buffers; other shapes run the two
 // kernels above in turn.
 
-// x (rows = B T heads, D) in place: rotate by -theta, then x * rstd * scale; rstd (rows)
+// x (rows = B T heads, D; token n's heads at x + n * stride) in place: rotate by -theta, then x * rstd *
+// scale; rstd (rows)
 template <int G>
-__global__ void __launch_bounds__(256) rotary_rmsnorm_forward_kernel(floatX* x, float* rstd, const float* cos_table,
+__global__ void __launch_bounds__(256) rotary_rmsnorm_forward_kernel(floatX* x, size_t stride, float* rstd, const float* cos_table,
                                                                      const float* sin_table, int T, int heads, size_t rows,
                                                                      float scale) {
     constexpr int half = 8 * G, D = 16 * G;
     const size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / G;
     if (row >= rows) return;  // the whole group leaves together
     const int lane = threadIdx.x % G, j0 = 8 * lane;
-    const int t = (int)((row / heads) % T);
-    floatX* p = x + row * D + j0;
+    const size_t n = row / heads;
+    const int t = (int)(n % T);
+    floatX* p = x + n * stride + (row % heads) * D + j0;
     float x1[8], x2[8], cf[8], sf[8];
     load8(x1, p);
     load8(x2, p + half);
@@ -184,9 +204,10 @@ __global__ void __launch_bounds__(256) rotary_rmsnorm_forward_kernel(floatX* x, 
 }
 
 // dinp (rows, D) = rotate by +theta of (scale rstd (dout - xhat mean(dout xhat))), xhat = out / scale;
-// dout, out (rows, D); dinp is only written
+// dout, out (rows, D); the three with token n's heads at + n * stride. dinp is only written, and may be
+// dout: each thread reads its 16 elements of both before it writes them.
 template <int G>
-__global__ void __launch_bounds__(256) rotary_rmsnorm_backward_kernel(floatX* dinp, const floatX* dout, const floatX* out,
+__global__ void __launch_bounds__(256) rotary_rmsnorm_backward_kernel(floatX* dinp, const floatX* dout, const floatX* out, size_t stride,
                                                                       const float* rstd, const float* cos_table,
                                                                       const float* sin_table, int T, int heads, size_t rows,
                                                                       float scale) {
@@ -194,8 +215,9 @@ __global__ void __launch_bounds__(256) rotary_rmsnorm_backward_kernel(floatX* di
     const size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / G;
     if (row >= rows) return;
     const int lane = threadIdx.x % G, j0 = 8 * lane;
-    const int t = (int)((row / heads) % T);
-    const size_t off = row * D + j0;
+    const size_t n = row / heads;
+    const int t = (int)(n % T);
+    const size_t off = n * stride + (row % heads) * D + j0;
     float g1[8], g2[8], y1[8], y2[8];
     load8(g1, dout + off);
     load8(g2, dout + off + half);
@@ -220,41 +242,51 @@ __global__ void __launch_bounds__(256) rotary_rmsnorm_backward_kernel(floatX* di
     store8(dinp + off + half, g2);
 }
 
-static inline bool rotary_rmsnorm_fused_ok(int D, const void* a, const void* b, const void* c, const void* d, const void* e) {
-    return (D == 64 || D == 128) && aligned16(a) && aligned16(b) && aligned16(c) && aligned16(d) && aligned16(e);
+static inline bool rotary_rmsnorm_fused_ok(int D, size_t stride, const void* a, const void* b, const void* c, const void* d, const void* e) {
+    return (D == 64 || D == 128) && stride % 8 == 0 && aligned16(a) && aligned16(b) && aligned16(c) && aligned16(d) && aligned16(e);
 }
 
-// x (B, T, heads, D) in place: rotary, then QK-norm (rmsnorm times scale); rstd (B, T, heads)
-static inline void rotary_rmsnorm_forward_cuda(floatX* x, float* rstd, const float* cos_table, const float* sin_table, int B, int T,
-                                               int heads, int D, float scale, cudaStream_t stream) {
+// The unfused kernels take rows of one buffer, heads * D apart
+static inline void rotary_rmsnorm_check_unfused(size_t stride, int heads, int D, const char* who) {
+    if (stride != (size_t)heads * D) fail("%s: head vectors %zu apart need head_dim 64 or 128 and 16-byte alignment", who, stride);
+}
+
+// x (B, T, heads, D), token n's heads at x + n * stride, in place: rotary, then QK-norm (rmsnorm times
+// scale); rstd (B, T, heads)
+static inline void rotary_rmsnorm_forward_cuda(floatX* x, size_t stride, float* rstd, const float* cos_table, const float* sin_table,
+                                               int B, int T, int heads, int D, float scale, cudaStream_t stream) {
     const size_t rows = (size_t)B * T * heads;
     if (rows == 0) return;
-    if (!rotary_rmsnorm_fused_ok(D, x, x, x, cos_table, sin_table)) {
+    if (!rotary_rmsnorm_fused_ok(D, stride, x, x, x, cos_table, sin_table)) {
+        rotary_rmsnorm_check_unfused(stride, heads, D, "rotary_rmsnorm_forward_cuda");
         rotary_forward_cuda(x, cos_table, sin_table, B, T, heads, D, stream);
         rmsnorm_forward_cuda(x, rstd, x, rows, D, scale, stream);
         return;
     }
     const int G = D / 16, grid = ceil_div((long)rows * G, 256);
-    if (G == 4) rotary_rmsnorm_forward_kernel<4><<<grid, 256, 0, stream>>>(x, rstd, cos_table, sin_table, T, heads, rows, scale);
-    else rotary_rmsnorm_forward_kernel<8><<<grid, 256, 0, stream>>>(x, rstd, cos_table, sin_table, T, heads, rows, scale);
+    if (G == 4) rotary_rmsnorm_forward_kernel<4><<<grid, 256, 0, stream>>>(x, stride, rstd, cos_table, sin_table, T, heads, rows, scale);
+    else rotary_rmsnorm_forward_kernel<8><<<grid, 256, 0, stream>>>(x, stride, rstd, cos_table, sin_table, T, heads, rows, scale);
     cudaCheckLaunch();
 }
 
-// dinp (B, T, heads, D) = dL/d(the rotary's input), overwritten; dout, out (B, T, heads, D), rstd of the forward
-static inline void rotary_rmsnorm_backward_cuda(floatX* dinp, const floatX* dout, const floatX* out, const float* rstd,
+// dinp (B, T, heads, D) = dL/d(the rotary's input), overwritten (it may be dout); dout, out (B, T, heads, D),
+// the three with token n's heads at + n * stride; rstd of the forward
+static inline void rotary_rmsnorm_backward_cuda(floatX* dinp, const floatX* dout, const floatX* out, size_t stride, const float* rstd,
                                                 const float* cos_table, const float* sin_table, int B, int T, int heads, int D,
                                                 float scale, cudaStream_t stream) {
     const size_t rows = (size_t)B * T * heads;
     if (rows == 0) return;
-    if (!rotary_rmsnorm_fused_ok(D, dinp, dout, out, cos_table, sin_table)) {
+    if (!rotary_rmsnorm_fused_ok(D, stride, dinp, dout, out, cos_table, sin_table)) {
+        rotary_rmsnorm_check_unfused(stride, heads, D, "rotary_rmsnorm_backward_cuda");
         rmsnorm_backward_cuda(dinp, dout, out, rstd, rows, D, scale, GRAD_OVERWRITE, stream);
         rotary_backward_cuda(dinp, cos_table, sin_table, B, T, heads, D, stream);
         return;
     }
     const int G = D / 16, grid = ceil_div((long)rows * G, 256);
     if (G == 4)
-        rotary_rmsnorm_backward_kernel<4><<<grid, 256, 0, stream>>>(dinp, dout, out, rstd, cos_table, sin_table, T, heads, rows, scale);
-    else rotary_rmsnorm_backward_kernel<8><<<grid, 256, 0, stream>>>(dinp, dout, out, rstd, cos_table, sin_table, T, heads, rows, scale);
+        rotary_rmsnorm_backward_kernel<4><<<grid, 256, 0, stream>>>(dinp, dout, out, stride, rstd, cos_table, sin_table, T, heads, rows, scale);
+    else rotary_rmsnorm_backward_kernel<8><<<grid, 256, 0, stream>>>(dinp, dout, out, stride, rstd, cos_table, sin_table, T, heads, rows,
+                                                                     scale);
     cudaCheckLaunch();
 }
 

@@ -110,15 +110,15 @@ int main(int argc, char** argv) {
         for (bool naive : {false, true}) {
             const double fwd = time_ms(naive ? 1 : iters, [&] {
                 if (naive) attention_forward_naive_cpu(y.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, H, D, window);
-                else attention_forward_cpu(y.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, H, D, window);
+                else attention_forward_cpu(y.data(), lse.data(), q.data(), k.data(), v.data(), qkv_separate(H, H, D), B, T, H, H, D, window);
             });
             const double bwd = time_ms(naive ? 1 : iters, [&] {
                 if (naive)
                     attention_backward_naive_cpu(dq.data(), dk.data(), dv.data(), dy.data(), q.data(), k.data(), v.data(), y.data(), lse.data(),
                                                  B, T, H, H, D, window);
                 else
-                    attention_backward_cpu(dq.data(), dk.data(), dv.data(), dy.data(), q.data(), k.data(), v.data(), y.data(), lse.data(), B, T,
-                                           H, H, D, window);
+                    attention_backward_cpu(dq.data(), dk.data(), dv.data(), dy.data(), q.data(), k.data(), v.data(), qkv_separate(H, H, D), y.data(),
+                                           lse.data(), B, T, H, H, D, window);
             });
             char name[64];
             snprintf(name, sizeof name, "%s, window %d", naive ? "naive" : "blocked", window);

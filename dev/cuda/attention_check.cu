@@ -151,6 +151,7 @@ struct Shape {
 
 static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
     const int B = s.B, T = s.T, H = s.H, Hkv = s.Hkv, D = s.D, W = s.window;
+    const QKVStrides sep = qkv_separate(H, Hkv, D);  // q, k, v in three buffers
     const size_t tokens = (size_t)B * T, nq = tokens * H * D, nkv = tokens * Hkv * D, nl = (size_t)B * H * T;
     printf("-- B %d T %d H %d Hkv %d D %d window %d q std %.1f\n", B, T, H, Hkv, D, W, s.qstd);
     char name[128];
@@ -167,11 +168,11 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
     std::vector<float> cy(nq), clse(nl);
     attention_forward_naive_cpu(cy.data(), clse.data(), hq.data(), hk.data(), hv.data(), B, T, H, Hkv, D, W);
     y.poison(st), lse.poison(st);
-    attention_forward_cuda(y.p, lse.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, st);
+    attention_forward_cuda(y.p, lse.p, q.p, k.p, v.p, sep, B, T, H, Hkv, D, W, st);
     check_close("forward y", download(y), cy, 1e-2, D);
     check_close("forward lse", download(lse), clse, 1e-4, 1);  // fp32: errors ~1e-7
     y2.poison(st), lse2.poison(st);
-    attention_forward_cuda(y2.p, lse2.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, st);
+    attention_forward_cuda(y2.p, lse2.p, q.p, k.p, v.p, sep, B, T, H, Hkv, D, W, st);
     check_bits("forward deterministic (y, lse)", same_bits(y, y2) && same_bits(lse, lse2));
 
     // plain backward, with the GPU's y and lse (as training would); the CPU twin accumulates: zeros first
@@ -180,13 +181,58 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
     attention_backward_naive_cpu(cdq.data(), cdk.data(), cdv.data(), hdy.data(), hq.data(), hk.data(), hv.data(), gy.data(),
                            glse.data(), B, T, H, Hkv, D, W);
     dq.poison(st), dk.poison(st), dv.poison(st), scratch.poison(st);
-    attention_backward_cuda(dq.p, dk.p, dv.p, dy.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, scratch.p, st);
+    attention_backward_cuda(dq.p, dk.p, dv.p, dy.p, q.p, k.p, v.p, sep, y.p, lse.p, B, T, H, Hkv, D, W, scratch.p, st);
     check_close("backward dq", download(dq), cdq, 1e-2, D);
     check_close("backward dk", download(dk), cdk, 1e-2, D);
     check_close("backward dv", download(dv), cdv, 1e-2, D);
     dq2.poison(st), dk2.poison(st), dv2.poison(st), scratch.poison(st);
-    attention_backward_cuda(dq2.p, dk2.p, dv2.p, dy.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, scratch.p, st);
+    attention_backward_cuda(dq2.p, dk2.p, dv2.p, dy.p, q.p, k.p, v.p, sep, y.p, lse.p, B, T, H, Hkv, D, W, scratch.p, st);
     check_bits("backward deterministic (dq, dk, dv)", same_bits(dq, dq2) && same_bits(dk, dk2) && same_bits(dv, dv2));
+
+    // the model's layout: q | k | v of a token in one row of one buffer (qkv_fused), and dq | dk | dv
+    // likewise; plain and with fused XSA (alpha 0.5), the same bits as on separate buffers
+    {
+        const QKVStrides at = qkv_fused(H, Hkv, D);
+        const size_t pitch = at.q * sizeof(floatX), koff = (size_t)H * D, voff = (size_t)(H + Hkv) * D;
+        Buf<floatX> qkv(tokens * at.q), dqkv(tokens * at.q), sq(nq), sk(nkv), sv(nkv);
+        auto to_rows = [&](floatX* dst, const Buf<floatX>& src, size_t width) {  // (tokens, width) into the fused rows
+            cudaCheck(cudaMemcpy2D(dst, pitch, src.p, width * sizeof(floatX), width * sizeof(floatX), tokens, cudaMemcpyDeviceToDevice));
+        };
+        auto from_rows = [&](Buf<floatX>& dst, const floatX* src, size_t width) {
+            cudaCheck(cudaMemcpy2D(dst.p, width * sizeof(floatX), src, pitch, width * sizeof(floatX), tokens, cudaMemcpyDeviceToDevice));
+        };
+        to_rows(qkv.p, q, nq / tokens), to_rows(qkv.p + koff, k, nkv / tokens), to_rows(qkv.p + voff, v, nkv / tokens);
+        const floatX *fq = qkv.p, *fk = qkv.p + koff, *fv = qkv.p + voff;
+        bool same = true;
+        y2.poison(st), lse2.poison(st), dqkv.poison(st), scratch.poison(st);
+        attention_forward_cuda(y2.p, lse2.p, fq, fk, fv, at, B, T, H, Hkv, D, W, st);
+        attention_backward_cuda(dqkv.p, dqkv.p + koff, dqkv.p + voff, dy.p, fq, fk, fv, at, y.p, lse.p, B, T, H, Hkv, D, W, scratch.p, st);
+        from_rows(sq, dqkv.p, nq / tokens), from_rows(sk, dqkv.p + koff, nkv / tokens), from_rows(sv, dqkv.p + voff, nkv / tokens);
+        same = same_bits(y, y2) && same_bits(lse, lse2) && same_bits(dq, sq) && same_bits(dk, sk) && same_bits(dv, sv);
+        Buf<float> half(H);
+        cudaCheck(cudaMemcpy(half.p, std::vector<float>(H, 0.5f).data(), H * sizeof(float), cudaMemcpyHostToDevice));
+        std::vector<std::vector<unsigned char>> outs;  // z, y, dq, dk, dv of the separate run, then of the fused one
+        for (bool fused : {false, true}) {
+            const QKVStrides lay = fused ? at : sep;
+            const floatX *xq = fused ? fq : q.p, *xk = fused ? fk : k.p, *xv = fused ? fv : v.p;
+            floatX *xdq = fused ? dqkv.p : dq2.p, *xdk = fused ? dqkv.p + koff : dk2.p, *xdv = fused ? dqkv.p + voff : dv2.p;
+            Buf<floatX> dz(nq);
+            cudaCheck(cudaMemcpy(dz.p, dy.p, dy.bytes(), cudaMemcpyDeviceToDevice));
+            z.poison(st), y2.poison(st), lse2.poison(st), dqkv.poison(st), scratch.poison(st);
+            dq2.poison(st), dk2.poison(st), dv2.poison(st);
+            attention_forward_xsa_cuda(z.p, y2.p, lse2.p, xq, xk, xv, lay, B, T, H, Hkv, D, W, half.p, st);
+            attention_backward_xsa_cuda(xdq, xdk, xdv, dz.p, xq, xk, xv, lay, y2.p, lse2.p, B, T, H, Hkv, D, W, half.p, nullptr, scratch.p,
+                                        st);
+            if (fused)
+                from_rows(dq2, dqkv.p, nq / tokens), from_rows(dk2, dqkv.p + koff, nkv / tokens), from_rows(dv2, dqkv.p + voff, nkv / tokens);
+            for (const Buf<floatX>* b : {&z, &y2, &dq2, &dk2, &dv2}) {
+                outs.emplace_back(b->bytes());
+                cudaCheck(cudaMemcpy(outs.back().data(), b->p, b->bytes(), cudaMemcpyDeviceToHost));
+            }
+        }
+        for (int i = 0; i < 5; i++) same = same && outs[i] == outs[i + 5];
+        check_bits("q|k|v in one buffer (the model's layout) = separate buffers: forward, backward, and with XSA 0.5", same);
+    }
 
     // fused XSA: one alpha for every head (0, 0.5, 1), then a learnable-style alpha that differs per head
     // (tanh of spread logits), whose backward also writes the per-token shares of dL/dalpha
@@ -210,18 +256,18 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
         else snprintf(tag, sizeof tag, "xsa %.1f", alpha);
         float* dalpha = per_head ? shares.p : nullptr;  // only a learnable alpha needs its gradient
         std::vector<float> cz(nq);
-        xsa_forward_cpu(cz.data(), cy.data(), hv.data(), tokens, H, Hkv, D, halpha.data());
+        xsa_forward_cpu(cz.data(), cy.data(), hv.data(), (size_t)Hkv * D, tokens, H, Hkv, D, halpha.data());
         z.poison(st), y2.poison(st), lse2.poison(st);
-        attention_forward_xsa_cuda(z.p, y2.p, lse2.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, alpha_dev.p, st);
+        attention_forward_xsa_cuda(z.p, y2.p, lse2.p, q.p, k.p, v.p, sep, B, T, H, Hkv, D, W, alpha_dev.p, st);
         check_close(NAME("%s forward z", tag), download(z), cz, 1e-2, D);
         check_bits(NAME("%s forward y, lse == plain forward", tag), same_bits(y, y2) && same_bits(lse, lse2));
         if (alpha == 0.0f) check_bits("xsa 0.0 forward z == y", same_bits(z, y));
         // the fused epilogue against the unfused op on the same bf16 y
         z2.poison(st);
-        xsa_forward_cuda(z2.p, y.p, v.p, tokens, H, Hkv, D, alpha_dev.p, st);
+        xsa_forward_cuda(z2.p, y.p, v.p, (size_t)Hkv * D, tokens, H, Hkv, D, alpha_dev.p, st);
         check_close(NAME("%s fused z vs unfused op", tag), download(z), download(z2), 1e-6);
         y2.poison(st), lse2.poison(st), z2.poison(st);
-        attention_forward_xsa_cuda(z2.p, y2.p, lse2.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, alpha_dev.p, st);
+        attention_forward_xsa_cuda(z2.p, y2.p, lse2.p, q.p, k.p, v.p, sep, B, T, H, Hkv, D, W, alpha_dev.p, st);
         check_bits(NAME("%s forward deterministic", tag), same_bits(z, z2) && same_bits(y, y2) && same_bits(lse, lse2));
 
         // backward: dz fresh; CPU: xsa_backward (dy =, its dv term) and attention backward (+=, the rest).
@@ -231,14 +277,14 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
         std::vector<float> hdz = random_bf16(dz, 1.0f, rng);
         std::vector<float> cdy2(nq), cdv_xsa(nkv, 0.0f), cshares(tokens * H), cdlogit(H, 0.0f);
         std::fill(cdq.begin(), cdq.end(), 0.0f), std::fill(cdk.begin(), cdk.end(), 0.0f), std::fill(cdv.begin(), cdv.end(), 0.0f);
-        xsa_backward_cpu(cdy2.data(), cdv_xsa.data(), per_head ? cshares.data() : nullptr, hdz.data(), gy.data(), hv.data(), tokens, H, Hkv,
+        xsa_backward_cpu(cdy2.data(), cdv_xsa.data(), per_head ? cshares.data() : nullptr, hdz.data(), gy.data(), hv.data(), (size_t)Hkv * D, tokens, H, Hkv,
                          D, halpha.data());
         attention_backward_naive_cpu(cdq.data(), cdk.data(), cdv.data(), cdy2.data(), hq.data(), hk.data(), hv.data(), gy.data(),
                                glse.data(), B, T, H, Hkv, D, W);
         const double dv_attention_norm = l2(cdv);
         for (size_t i = 0; i < nkv; i++) cdv[i] += cdv_xsa[i];
         dq.poison(st), dk.poison(st), dv.poison(st), scratch.poison(st), shares.poison(st);
-        attention_backward_xsa_cuda(dq.p, dk.p, dv.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, alpha_dev.p, dalpha, scratch.p, st);
+        attention_backward_xsa_cuda(dq.p, dk.p, dv.p, dz.p, q.p, k.p, v.p, sep, y.p, lse.p, B, T, H, Hkv, D, W, alpha_dev.p, dalpha, scratch.p, st);
         check_close(NAME("%s backward dq", tag), download(dq), cdq, 1e-2, D);
         check_close(NAME("%s backward dk", tag), download(dk), cdk, 1e-2, D);
         check_close(NAME("%s backward dv", tag), download(dv), cdv, 1e-2, D, dv_attention_norm);
@@ -256,13 +302,13 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
             check_close("xsa per-head dL/dlogit (+=)", download(dlogit), cdlogit, 1e-4);
         }
         dq2.poison(st), dk2.poison(st), dv2.poison(st), scratch.poison(st), shares2.poison(st);
-        attention_backward_xsa_cuda(dq2.p, dk2.p, dv2.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, alpha_dev.p,
+        attention_backward_xsa_cuda(dq2.p, dk2.p, dv2.p, dz.p, q.p, k.p, v.p, sep, y.p, lse.p, B, T, H, Hkv, D, W, alpha_dev.p,
                                     per_head ? shares2.p : nullptr, scratch.p, st);
         check_bits(NAME("%s backward deterministic", tag), same_bits(dq, dq2) && same_bits(dk, dk2) && same_bits(dv, dv2) &&
                                                             (!per_head || same_bits(shares, shares2)));
         if (alpha == 0.0f) {
             dq0.poison(st), dk0.poison(st), dv0.poison(st), scratch.poison(st);
-            attention_backward_cuda(dq0.p, dk0.p, dv0.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, scratch.p, st);
+            attention_backward_cuda(dq0.p, dk0.p, dv0.p, dz.p, q.p, k.p, v.p, sep, y.p, lse.p, B, T, H, Hkv, D, W, scratch.p, st);
             check_bits("xsa 0.0 backward == plain backward", same_bits(dq, dq0) && same_bits(dk, dk0) && same_bits(dv, dv0));
         }
 
@@ -271,20 +317,20 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
         std::vector<float> huy = random_bf16(uy, 1.0f, rng), huv = random_bf16(uv, 1.0f, rng);
         std::vector<float> hudz = random_bf16(udz, 1.0f, rng), hudv = random_bf16(udv, 0.1f, rng);
         std::vector<float> cuz(nq), cudy(nq), cudv = hudv;
-        xsa_forward_cpu(cuz.data(), huy.data(), huv.data(), tokens, H, Hkv, D, halpha.data());
-        xsa_backward_cpu(cudy.data(), cudv.data(), per_head ? cshares.data() : nullptr, hudz.data(), huy.data(), huv.data(), tokens, H,
+        xsa_forward_cpu(cuz.data(), huy.data(), huv.data(), (size_t)Hkv * D, tokens, H, Hkv, D, halpha.data());
+        xsa_backward_cpu(cudy.data(), cudv.data(), per_head ? cshares.data() : nullptr, hudz.data(), huy.data(), huv.data(), (size_t)Hkv * D, tokens, H,
                          Hkv, D, halpha.data());
         uz.poison(st);
-        xsa_forward_cuda(uz.p, uy.p, uv.p, tokens, H, Hkv, D, alpha_dev.p, st);
+        xsa_forward_cuda(uz.p, uy.p, uv.p, (size_t)Hkv * D, tokens, H, Hkv, D, alpha_dev.p, st);
         check_close(NAME("%s unfused forward z", tag), download(uz), cuz, 1e-2, D);
         udy.poison(st), shares.poison(st);
-        xsa_backward_cuda(udy.p, udv.p, dalpha, udz.p, uy.p, uv.p, tokens, H, Hkv, D, alpha_dev.p, st);
+        xsa_backward_cuda(udy.p, udv.p, (size_t)Hkv * D, dalpha, udz.p, uy.p, uv.p, (size_t)Hkv * D, tokens, H, Hkv, D, alpha_dev.p, st);
         check_close(NAME("%s unfused backward dy", tag), download(udy), cudy, 1e-2, D);
         check_close(NAME("%s unfused backward dv (+=)", tag), download(udv), cudv, 1e-2, D);
         if (per_head) check_close("xsa per-head unfused backward dL/dalpha shares", download(shares), cshares, 1e-4, H);
         // in place (dy aliasing dz), dv from the same start: the same bits
         upload(udv2, hudv);
-        xsa_backward_cuda(udz.p, udv2.p, per_head ? shares2.p : nullptr, udz.p, uy.p, uv.p, tokens, H, Hkv, D, alpha_dev.p, st);
+        xsa_backward_cuda(udz.p, udv2.p, (size_t)Hkv * D, per_head ? shares2.p : nullptr, udz.p, uy.p, uv.p, (size_t)Hkv * D, tokens, H, Hkv, D, alpha_dev.p, st);
         check_bits(NAME("%s unfused backward in place (dy = dz)", tag), same_bits(udz, udy) && same_bits(udv2, udv) &&
                                                                        (!per_head || same_bits(shares, shares2)));
     }
@@ -295,23 +341,23 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
     cudaCheck(cudaMemcpy(alpha_half.p, std::vector<float>(H, 0.5f).data(), H * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(alpha_one.p, std::vector<float>(H, 1.0f).data(), H * sizeof(float), cudaMemcpyHostToDevice));
     {
-        attention_forward_xsa_cuda(z.p, y.p, lse.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, alpha_half.p, st);
+        attention_forward_xsa_cuda(z.p, y.p, lse.p, q.p, k.p, v.p, sep, B, T, H, Hkv, D, W, alpha_half.p, st);
         Buf<float> diag(tokens * 3), diag2(tokens * 3);
         std::vector<float> cdiag(tokens * 3);
         const std::vector<float> gz = download(z), gy05 = download(y), glse05 = download(lse);
-        xsa_diagnostics_cpu(cdiag.data(), gy05.data(), gz.data(), hv.data(), hq.data(), hk.data(), glse05.data(), B, T, H, Hkv, D);
+        xsa_diagnostics_cpu(cdiag.data(), gy05.data(), gz.data(), hv.data(), hq.data(), hk.data(), sep, glse05.data(), B, T, H, Hkv, D);
         diag.poison(st);
-        xsa_diagnostics_cuda(diag.p, y.p, z.p, v.p, q.p, k.p, lse.p, B, T, H, Hkv, D, st);
+        xsa_diagnostics_cuda(diag.p, y.p, z.p, v.p, q.p, k.p, sep, lse.p, B, T, H, Hkv, D, st);
         check_close("diagnostics (cos yv, cos zv, self weight)", download(diag), cdiag, 1e-4, 3);
         diag2.poison(st);
-        xsa_diagnostics_cuda(diag2.p, y.p, z.p, v.p, q.p, k.p, lse.p, B, T, H, Hkv, D, st);
+        xsa_diagnostics_cuda(diag2.p, y.p, z.p, v.p, q.p, k.p, sep, lse.p, B, T, H, Hkv, D, st);
         check_bits("diagnostics deterministic", same_bits(diag, diag2));
         // the value direction sums: per (row, kv head), sum of unit values and their count
         Buf<float> vsum((size_t)B * Hkv * (D + 1));
         std::vector<float> cvsum(vsum.n);
-        value_direction_sums_cpu(cvsum.data(), hv.data(), B, T, Hkv, D);
+        value_direction_sums_cpu(cvsum.data(), hv.data(), (size_t)Hkv * D, B, T, Hkv, D);
         vsum.poison(st);
-        value_direction_sums_cuda(vsum.p, v.p, B, T, Hkv, D, st);
+        value_direction_sums_cuda(vsum.p, v.p, (size_t)Hkv * D, B, T, Hkv, D, st);
         check_close("value direction sums", download(vsum), cvsum, 1e-4, D + 1);
     }
 
@@ -323,15 +369,15 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
     } else {
         Buf<floatX> dz(nq);
         random_bf16(dz, 1.0f, rng);
-        attention_forward_xsa_cuda(z.p, y.p, lse.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, alpha_one.p, st);
-        attention_backward_xsa_cuda(dq.p, dk.p, dv.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, alpha_one.p, nullptr, scratch.p, st);
+        attention_forward_xsa_cuda(z.p, y.p, lse.p, q.p, k.p, v.p, sep, B, T, H, Hkv, D, W, alpha_one.p, st);
+        attention_backward_xsa_cuda(dq.p, dk.p, dv.p, dz.p, q.p, k.p, v.p, sep, y.p, lse.p, B, T, H, Hkv, D, W, alpha_one.p, nullptr, scratch.p, st);
         z2.poison(st), y2.poison(st), lse2.poison(st), dq2.poison(st), dk2.poison(st), dv2.poison(st), scratch.poison(st);
         cudaCheck(cudaStreamSynchronize(st));
         cudaGraph_t graph;
         cudaGraphExec_t exec;
         cudaCheck(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-        attention_forward_xsa_cuda(z2.p, y2.p, lse2.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, alpha_one.p, st);
-        attention_backward_xsa_cuda(dq2.p, dk2.p, dv2.p, dz.p, q.p, k.p, v.p, y2.p, lse2.p, B, T, H, Hkv, D, W, alpha_one.p, nullptr, scratch.p, st);
+        attention_forward_xsa_cuda(z2.p, y2.p, lse2.p, q.p, k.p, v.p, sep, B, T, H, Hkv, D, W, alpha_one.p, st);
+        attention_backward_xsa_cuda(dq2.p, dk2.p, dv2.p, dz.p, q.p, k.p, v.p, sep, y2.p, lse2.p, B, T, H, Hkv, D, W, alpha_one.p, nullptr, scratch.p, st);
         cudaCheck(cudaStreamEndCapture(st, &graph));
         cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
         cudaCheck(cudaGraphLaunch(exec, st));
@@ -363,9 +409,9 @@ static void check_decode(const Shape& s, Rng* rng, cudaStream_t st) {
     upload(vc, hv);
     cudaCheck(cudaMemcpy(pos.p, hpos.data(), B * sizeof(int), cudaMemcpyHostToDevice));
     std::vector<float> want(nq);
-    attention_decode_cpu(want.data(), hq.data(), hk.data(), hv.data(), hpos.data(), B, S, H, Hkv, D, W);
+    attention_decode_cpu(want.data(), hq.data(), (size_t)H * D, hk.data(), hv.data(), hpos.data(), B, S, H, Hkv, D, W);
     y.poison(st);
-    attention_decode_cuda(y.p, q.p, kc.p, vc.p, pos.p, B, S, H, Hkv, D, W, st);
+    attention_decode_cuda(y.p, q.p, (size_t)H * D, kc.p, vc.p, pos.p, B, S, H, Hkv, D, W, st);
     cudaCheck(cudaStreamSynchronize(st));
     char name[96];
     snprintf(name, sizeof name, "decode y (positions %d, %d, %d)", hpos[0], hpos[1], hpos[2]);
@@ -379,6 +425,7 @@ static void check_decode(const Shape& s, Rng* rng, cudaStream_t st) {
 // (dk, dv: every query of the window that sees the key, summed over the kv head's query heads).
 static void check_real_shape(const Shape& s, Rng* rng, cudaStream_t st) {
     const int B = s.B, T = s.T, H = s.H, Hkv = s.Hkv, D = s.D, W = std::min(s.window, s.T), group = H / Hkv;
+    const QKVStrides sep = qkv_separate(H, Hkv, D);  // q, k, v in three buffers
     const size_t tokens = (size_t)B * T, nq = tokens * H * D, nkv = tokens * Hkv * D, nl = (size_t)B * H * T;
     printf("-- real shape, sampled rows: B %d T %d H %d Hkv %d D %d window %d\n", B, T, H, Hkv, D, W);
     char name[128];
@@ -390,8 +437,8 @@ static void check_real_shape(const Shape& s, Rng* rng, cudaStream_t st) {
     for (int h = 0; h < H; h++) halpha[h] = tanhf(-0.8f + 2.0f * h / std::max(H - 1, 1));
     cudaCheck(cudaMemcpy(alpha.p, halpha.data(), H * sizeof(float), cudaMemcpyHostToDevice));
     y.poison(st), z.poison(st), lse.poison(st), dq.poison(st), dk.poison(st), dv.poison(st), shares.poison(st);
-    attention_forward_xsa_cuda(z.p, y.p, lse.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, alpha.p, st);
-    attention_backward_xsa_cuda(dq.p, dk.p, dv.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, alpha.p, shares.p, scratch.p, st);
+    attention_forward_xsa_cuda(z.p, y.p, lse.p, q.p, k.p, v.p, sep, B, T, H, Hkv, D, W, alpha.p, st);
+    attention_backward_xsa_cuda(dq.p, dk.p, dv.p, dz.p, q.p, k.p, v.p, sep, y.p, lse.p, B, T, H, Hkv, D, W, alpha.p, shares.p, scratch.p, st);
     const std::vector<float> gy = download(y), gz = download(z), glse = download(lse), gdq = download(dq), gdk = download(dk), gdv = download(dv);
     const std::vector<float> gshares = download(shares);
     const double scale = 1.0 / sqrt((double)D);
@@ -519,9 +566,13 @@ static double time_median(F fn, Buf<unsigned char>& flush, cudaStream_t st, int 
 static void time_shape(const Shape& s, Rng* rng, cudaStream_t st, Buf<unsigned char>& flush, std::vector<Row>& rows) {
     const int B = s.B, T = s.T, H = s.H, Hkv = s.Hkv, D = s.D, W = s.window;
     const size_t tokens = (size_t)B * T, nq = tokens * H * D, nkv = tokens * Hkv * D, nl = (size_t)B * H * T;
-    Buf<floatX> q(nq), k(nkv), v(nkv), dz(nq), y(nq), z(nq), dq(nq), dk(nkv), dv(nkv), dy(nq);
+    // the model's layout: q | k | v of a token in one row of qkv, and so their gradients (qkv_fused)
+    const QKVStrides at = qkv_fused(H, Hkv, D);
+    Buf<floatX> qkv(tokens * at.q), dqkv(tokens * at.q), dz(nq), y(nq), z(nq), dy(nq);
     Buf<float> lse(nl), scratch(attention_backward_scratch_floats(B, T, H, Hkv, D, true));
-    random_bf16(q, 1.5f, rng), random_bf16(k, 1.5f, rng), random_bf16(v, 1.0f, rng), random_bf16(dz, 1.0f, rng);
+    random_bf16(qkv, 1.5f, rng), random_bf16(dz, 1.0f, rng);
+    const floatX *q = qkv.p, *k = qkv.p + H * D, *v = qkv.p + (H + Hkv) * D;
+    floatX *dq = dqkv.p, *dk = dqkv.p + H * D, *dv = dqkv.p + (H + Hkv) * D;
     double pairs = 0.0;  // (query, key) pairs inside the causal window, per (b, h)
     for (int i = 0; i < T; i++) pairs += std::min(W + 1, i + 1);
     const double fwd_flop = 4.0 * D * pairs * B * H, bwd_flop = 10.0 * D * pairs * B * H;
@@ -531,7 +582,7 @@ static void time_shape(const Shape& s, Rng* rng, cudaStream_t st, Buf<unsigned c
 
     Buf<float> alpha(H);
     cudaCheck(cudaMemcpy(alpha.p, std::vector<float>(H, 0.5f).data(), H * sizeof(float), cudaMemcpyHostToDevice));
-    attention_forward_xsa_cuda(z.p, y.p, lse.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, alpha.p, st);  // y, lse for the backward
+    attention_forward_xsa_cuda(z.p, y.p, lse.p, q, k, v, at, B, T, H, Hkv, D, W, alpha.p, st);  // y, lse for the backward
     auto add = [&](const char* op, double ms, double amount, bool flop) {
         Row r;
         snprintf(r.shape, sizeof r.shape, "%s", shape);
@@ -541,12 +592,12 @@ static void time_shape(const Shape& s, Rng* rng, cudaStream_t st, Buf<unsigned c
         r.unit = flop ? "TFLOP/s" : "GB/s";
         rows.push_back(r);
     };
-    add("forward", time_median([&] { attention_forward_cuda(y.p, lse.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, st); }, flush, st), fwd_flop, true);
-    add("forward xsa", time_median([&] { attention_forward_xsa_cuda(z.p, y.p, lse.p, q.p, k.p, v.p, B, T, H, Hkv, D, W, alpha.p, st); }, flush, st), fwd_flop, true);
-    add("backward", time_median([&] { attention_backward_cuda(dq.p, dk.p, dv.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, scratch.p, st); }, flush, st), bwd_flop, true);
-    add("backward xsa", time_median([&] { attention_backward_xsa_cuda(dq.p, dk.p, dv.p, dz.p, q.p, k.p, v.p, y.p, lse.p, B, T, H, Hkv, D, W, alpha.p, nullptr, scratch.p, st); }, flush, st), bwd_flop, true);
-    add("xsa unfused fwd", time_median([&] { xsa_forward_cuda(z.p, y.p, v.p, tokens, H, Hkv, D, alpha.p, st); }, flush, st), xsa_fwd_bytes, false);
-    add("xsa unfused bwd", time_median([&] { xsa_backward_cuda(dy.p, dv.p, nullptr, dz.p, y.p, v.p, tokens, H, Hkv, D, alpha.p, st); }, flush, st), xsa_bwd_bytes, false);
+    add("forward", time_median([&] { attention_forward_cuda(y.p, lse.p, q, k, v, at, B, T, H, Hkv, D, W, st); }, flush, st), fwd_flop, true);
+    add("forward xsa", time_median([&] { attention_forward_xsa_cuda(z.p, y.p, lse.p, q, k, v, at, B, T, H, Hkv, D, W, alpha.p, st); }, flush, st), fwd_flop, true);
+    add("backward", time_median([&] { attention_backward_cuda(dq, dk, dv, dz.p, q, k, v, at, y.p, lse.p, B, T, H, Hkv, D, W, scratch.p, st); }, flush, st), bwd_flop, true);
+    add("backward xsa", time_median([&] { attention_backward_xsa_cuda(dq, dk, dv, dz.p, q, k, v, at, y.p, lse.p, B, T, H, Hkv, D, W, alpha.p, nullptr, scratch.p, st); }, flush, st), bwd_flop, true);
+    add("xsa unfused fwd", time_median([&] { xsa_forward_cuda(z.p, y.p, v, at.kv, tokens, H, Hkv, D, alpha.p, st); }, flush, st), xsa_fwd_bytes, false);
+    add("xsa unfused bwd", time_median([&] { xsa_backward_cuda(dy.p, dv, at.kv, nullptr, dz.p, y.p, v, at.kv, tokens, H, Hkv, D, alpha.p, st); }, flush, st), xsa_bwd_bytes, false);
 }
 
 int main(int argc, char** argv) {

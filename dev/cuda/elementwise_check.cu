@@ -199,7 +199,7 @@ static void check_rotary_rmsnorm(const char* tag, int B, int T, int heads, int D
     floatX* x0 = dev_alloc<floatX>(n);
     copy_dev(x0, x, n);
     float* rstd = dev_alloc<float>(rows);
-    auto fwd = [&] { rotary_rmsnorm_forward_cuda(x, rstd, cos_d, sin_d, B, T, heads, D, scale, 0); };
+    auto fwd = [&] { rotary_rmsnorm_forward_cuda(x, (size_t)heads * D, rstd, cos_d, sin_d, B, T, heads, D, scale, 0); };
     auto reset = [&] {
         copy_dev(x, x0, n);
         poison(rstd, rows * sizeof(float));
@@ -207,22 +207,22 @@ static void check_rotary_rmsnorm(const char* tag, int B, int T, int heads, int D
     bool det = run_twice(reset, fwd, {{x, n * sizeof(floatX)}, {rstd, rows * sizeof(float)}});
     std::vector<float> out_g = download_bf16(x, n), rstd_g = download_f32(rstd, rows);
     std::vector<float> rstd_c(rows);
-    rotary_rmsnorm_forward_cpu(x_h.data(), rstd_c.data(), cos_h.data(), sin_h.data(), B, T, heads, D, scale);
+    rotary_rmsnorm_forward_cpu(x_h.data(), (size_t)heads * D, rstd_c.data(), cos_h.data(), sin_h.data(), B, T, heads, D, scale);
     double ms = timed([&] { copy_dev(x, x0, n); }, fwd);
     const double table_bytes = 2.0 * cos_h.size() * sizeof(float);
     report(std::string("rotary+qknorm fwd ") + tag, rel_err_v(out_g, x_h), TOL_BF16, det, ms, 2.0 * n * sizeof(floatX) + rows * 4.0 + table_bytes);
     // the fused kernel normalises the rotated vector in fp32, as the CPU does; the unfused fallback reads
     // it back rounded to bf16, so its rstd carries bf16 rounding
-    const bool fused = rotary_rmsnorm_fused_ok(D, x, x, x, cos_d, sin_d);
+    const bool fused = rotary_rmsnorm_fused_ok(D, (size_t)heads * D, x, x, x, cos_d, sin_d);
     report_also("  rstd", rel_err_v(rstd_g, rstd_c), fused ? TOL_F32 : TOL_BF16, det);
 
     // backward on the forward's (bf16) output and rstd
     floatX* dout = rand_bf16(n, -1.0f, 1.0f, &dout_h);
     floatX* dinp = dev_alloc<floatX>(n);
-    auto bwd = [&] { rotary_rmsnorm_backward_cuda(dinp, dout, x, rstd, cos_d, sin_d, B, T, heads, D, scale, 0); };
+    auto bwd = [&] { rotary_rmsnorm_backward_cuda(dinp, dout, x, (size_t)heads * D, rstd, cos_d, sin_d, B, T, heads, D, scale, 0); };
     det = run_twice([&] { poison(dinp, n * sizeof(floatX)); }, bwd, {{dinp, n * sizeof(floatX)}});
     std::vector<float> dinp_g = download_bf16(dinp, n), dinp_c(n, NAN);  // NaN: the CPU twin must overwrite too
-    rotary_rmsnorm_backward_cpu(dinp_c.data(), dout_h.data(), out_g.data(), rstd_g.data(), cos_h.data(), sin_h.data(), B, T, heads, D, scale);
+    rotary_rmsnorm_backward_cpu(dinp_c.data(), dout_h.data(), out_g.data(), (size_t)heads * D, rstd_g.data(), cos_h.data(), sin_h.data(), B, T, heads, D, scale);
     ms = timed([] {}, bwd);
     report(std::string("rotary+qknorm bwd ") + tag, rel_err_v(dinp_g, dinp_c), TOL_BF16, det, ms, 3.0 * n * sizeof(floatX) + rows * 4.0 + table_bytes);
     for (void* p : {(void*)x, (void*)x0, (void*)rstd, (void*)dout, (void*)dinp, (void*)cos_d, (void*)sin_d}) cudaCheck(cudaFree(p));
@@ -458,7 +458,7 @@ static void check_value_embed(const char* tag, size_t N, int C, int Hkv, int D, 
     floatX* v0 = dev_alloc<floatX>(nv);
     copy_dev(v0, v, nv);
     float* gate = dev_alloc<float>(N * Hkv);
-    auto fwd = [&] { value_embed_forward_cuda(v, gate, h, wg, table, idx, N, C, Hkv, D, 0); };
+    auto fwd = [&] { value_embed_forward_cuda(v, (size_t)Hkv * D, gate, h, wg, table, idx, N, C, Hkv, D, 0); };
     auto reset = [&] {
         copy_dev(v, v0, nv);
         poison(gate, N * Hkv * sizeof(float));
@@ -466,7 +466,7 @@ static void check_value_embed(const char* tag, size_t N, int C, int Hkv, int D, 
     bool det = run_twice(reset, fwd, {{v, nv * sizeof(floatX)}, {gate, N * Hkv * sizeof(float)}});
     std::vector<float> v_g = download_bf16(v, nv), gate_g = download_f32(gate, N * Hkv);
     std::vector<float> v_c = v_h, gate_c(N * Hkv);
-    value_embed_forward_cpu(v_c.data(), gate_c.data(), h_h.data(), wg_h.data(), table_h.data(), idx_h.data(), N, C, Hkv, D);
+    value_embed_forward_cpu(v_c.data(), (size_t)Hkv * D, gate_c.data(), h_h.data(), wg_h.data(), table_h.data(), idx_h.data(), N, C, Hkv, D);
     double ms = timed([&] { copy_dev(v, v0, nv); }, fwd);
     report(std::string("value_embed fwd ") + tag, rel_err_v(v_g, v_c), TOL_BF16, det, ms, nv * (2.0 * 2 + 4.0) + N * Hkv * 4.0 + N * 4.0);
     report_also("  gate", rel_err_v(gate_g, gate_c), TOL_F32, det);
@@ -482,7 +482,7 @@ static void check_value_embed(const char* tag, size_t N, int C, int Hkv, int D, 
     float* dwg0 = dev_alloc<float>(HK);
     copy_dev(dwg0, dwg, HK);
     float* scratch = dev_alloc<float>(value_embed_scratch_floats(Hkv));
-    auto bwd = [&] { value_embed_backward_cuda(dve, dh, dwg, dv, gate, h, wg, table, idx, N, C, Hkv, D, scratch, 0); };
+    auto bwd = [&] { value_embed_backward_cuda(dve, dh, dwg, dv, (size_t)Hkv * D, gate, h, wg, table, idx, N, C, Hkv, D, scratch, 0); };
     auto reset_b = [&] {
         poison(dve, nv * sizeof(floatX));
         copy_dev(dh, dh0, nh);
@@ -491,7 +491,7 @@ static void check_value_embed(const char* tag, size_t N, int C, int Hkv, int D, 
     det = run_twice(reset_b, bwd, {{dve, nv * sizeof(floatX)}, {dh, nh * sizeof(floatX)}, {dwg, HK * sizeof(float)}});
     std::vector<float> dve_g = download_bf16(dve, nv), dh_g = download_bf16(dh, nh), dwg_g = download_f32(dwg, HK);
     std::vector<float> dve_c(nv), dh_c = dh_h, dwg_c = dwg_h;
-    value_embed_backward_cpu(dve_c.data(), dh_c.data(), dwg_c.data(), dv_h.data(), gate_g.data(), h_h.data(), wg_h.data(),
+    value_embed_backward_cpu(dve_c.data(), dh_c.data(), dwg_c.data(), dv_h.data(), (size_t)Hkv * D, gate_g.data(), h_h.data(), wg_h.data(),
                              table_h.data(), idx_h.data(), N, C, Hkv, D);
     // dh: the first 12 channels against the CPU; every other channel must be untouched (bit-identical)
     std::vector<float> dh12_g, dh12_c;

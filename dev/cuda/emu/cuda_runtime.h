@@ -293,6 +293,20 @@ static inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cuda
     }
     return 0;
 }
+// device to device only (what the trainer uses it for: rows of the q|k|v buffer into the KV cache)
+static inline cudaError_t cudaMemcpy2DAsync(void* d, size_t dpitch, const void* s, size_t spitch, size_t width, size_t height,
+                                            cudaMemcpyKind k, cudaStream_t st = nullptr) {
+    if (k != cudaMemcpyDeviceToDevice) emu_die("cudaMemcpy2DAsync: only device to device is emulated");
+    if (width > dpitch || width > spitch) emu_die("cudaMemcpy2DAsync: width above a pitch");
+    if (height == 0 || width == 0) return 0;
+    const size_t dn = (height - 1) * dpitch + width, sn = (height - 1) * spitch + width;
+    emu_check_copy2(d, dn, s, sn, k);
+    emu_enqueue(st, [=] {
+        emu_check_copy2(d, dn, s, sn, k);
+        for (size_t r = 0; r < height; r++) memcpy((char*)d + r * dpitch, (const char*)s + r * spitch, width);
+    });
+    return 0;
+}
 static inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t s = nullptr) {
     if (n && !emu_find(p, n)) emu_die("cudaMemsetAsync outside any allocation");
     emu_enqueue(s, [=] {
