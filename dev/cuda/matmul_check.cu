@@ -335,10 +335,12 @@ int main(int argc, char** argv) {
     matmul_cuda_init(0);
     Rng rng = {42};
 
-    // (name, M = tokens, K = in, N = out): d12 / d24 (head_dim 64), nanochat's head_dim 128 d24, odd shapes
+    // (name, M = tokens, K = in, N = out): d12 / d24 (head_dim 64), nanochat's head_dim 128 d24, odd shapes;
+    // qkv: the one GEMM of q | k | v, attn: the attention output projection c_proj
     const Shape shapes[] = {
-        {"d12 attn", 16384, 768, 768},    {"d12 fc", 16384, 768, 3072},     {"d12 proj", 16384, 3072, 768},
-        {"d12 lm_head", 16384, 768, 32768}, {"d24 attn", 16384, 1024, 1024}, {"d24 fc", 16384, 1024, 4096},
+        {"d12 qkv", 16384, 768, 2304},    {"d12 attn", 16384, 768, 768},    {"d12 fc", 16384, 768, 3072},
+        {"d12 proj", 16384, 3072, 768},   {"d12 lm_head", 16384, 768, 32768}, {"d24 qkv", 16384, 1024, 3072},
+        {"d24 attn", 16384, 1024, 1024}, {"d24 fc", 16384, 1024, 4096},
         {"d24 proj", 16384, 4096, 1024},  {"d24 lm_head", 16384, 1024, 32768}, {"hd128 attn", 16384, 1536, 1536},
         {"hd128 fc", 16384, 1536, 6144},  {"hd128 proj", 16384, 6144, 1536}, {"odd", 1000, 37, 53},
         {"odd", 257, 129, 65},            {"one row", 1, 64, 8},            {"ve_gate", 16384, 12, 6},
@@ -373,6 +375,7 @@ int main(int argc, char** argv) {
 
     if (repeats > 0) {  // the heuristic's candidates at d24's real shapes: 32 rows x 2048 tokens per micro-step
         printf("\ncuBLASLt candidates at the model's shapes, %d repeats each:\n", repeats);
+        time_candidates("d24 qkv", 65536, 1024, 3072, repeats);
         time_candidates("d24 attn", 65536, 1024, 1024, repeats);
         time_candidates("d24 fc", 65536, 1024, 4096, repeats);
         time_candidates("d24 proj", 65536, 4096, 1024, repeats);
