@@ -245,12 +245,12 @@ __global__ void xsa_backward_kernel(floatX* dy, floatX* dv, size_t dv_stride, fl
             if (lane == 0) delta[(b * H + h) * T + t] = dl;
         }
     }
+    floatX* dvr = FUSED ? nullptr : dv + n * dv_stride + (size_t)kvh * D;
 #pragma unroll
     for (int e = 0; e < E; e++) {
         if (FUSED) {
             *reinterpret_cast<float2*>(dv_extra + w * D + 2 * lane + 64 * e) = ext[e];
         } else {
-            floatX* dvr = dv + n * dv_stride + (size_t)kvh * D;
             const float2 old = xsa_load2(dvr, lane, e);
             xsa_store2(dvr, lane, e, old.x + ext[e].x, old.y + ext[e].y);
         }
