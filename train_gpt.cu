@@ -529,6 +529,7 @@ struct Carver {
 
 static void carve_acts(Acts* a, Carver* cv, const GPTConfig& c, int B, int T) {
     size_t N = (size_t)B * T, C = c.n_embd, qd = (size_t)c.n_head * c.head_dim, kvd = (size_t)c.n_kv_head * c.head_dim;
+    auto within = [](floatX* piece, size_t offset) { return piece ? piece + offset : nullptr; };  // null while only counting
     a->idx = cv->take<int>(N);
     a->targets = cv->take<int>(N);
     a->emb_norm = cv->take<floatX>(N * C);
@@ -543,8 +544,8 @@ static void carve_acts(Acts* a, Carver* cv, const GPTConfig& c, int B, int T) {
         la.h = cv->take<floatX>(N * C);
         la.qkv = cv->take<floatX>(N * (qd + 2 * kvd));
         la.q = la.qkv;
-        la.k = la.qkv + qd;
-        la.v = la.qkv + qd + kvd;
+        la.k = within(la.qkv, qd);
+        la.v = within(la.qkv, qd + kvd);
         la.q_rstd = cv->take<float>(N * c.n_head);
         la.k_rstd = cv->take<float>(N * c.n_kv_head);
         la.ve_gate = layer_has_ve(c, l) ? cv->take<float>(N * c.n_kv_head) : nullptr;
@@ -570,8 +571,8 @@ static void carve_acts(Acts* a, Carver* cv, const GPTConfig& c, int B, int T) {
     a->d_h = cv->take<floatX>(N * C);
     a->d_qkv = cv->take<floatX>(N * (qd + 2 * kvd));
     a->d_q = a->d_qkv;
-    a->d_k = a->d_qkv + qd;
-    a->d_v = a->d_qkv + qd + kvd;
+    a->d_k = within(a->d_qkv, qd);
+    a->d_v = within(a->d_qkv, qd + kvd);
     a->d_y = cv->take<floatX>(N * qd);
     a->d_fc = cv->take<floatX>(N * 4 * C);
     a->d_ve = cv->take<floatX>(N * kvd);
