@@ -15,7 +15,7 @@ CXXFLAGS ?= -O3 -march=native -std=c++17 -fno-trapping-math -Wall -Wextra -Werro
 OMPFLAGS = -fopenmp
 # the test, evaluation and benchmark programs include train_gpt.cu as a library and use only part of it
 LIBFLAGS = -Wno-unused-function
-HEADERS = $(wildcard *.cuh *.h llmc/*.cuh llmc/*.h)
+HEADERS = $(wildcard *.cuh *.h llmc/*.cuh llmc/*.h chat/*.h)
 
 # CUDA: nvcc if installed; the architecture of the GPU present (nvidia-smi), else Hopper (H100/H200)
 NVCC ?= nvcc
@@ -58,7 +58,7 @@ endif
 
 # Talking to a trained model (README.md#talk-to-the-model): sample continues a text, chat holds a
 # conversation, chat_eval scores a chat model's ChatCORE; all with the backend of this machine, as train_gpt.
-sample chat chat_eval: %: %.cpp train_gpt.cu $(HEADERS)
+sample chat chat_eval: %: chat/%.cpp train_gpt.cu $(HEADERS)
 ifeq ($(HAS_GPU),1)
 	$(NVCC) $(NVCCFLAGS) $(NVCC_LIBFLAGS) -x cu $< -o $@ $(CUDA_LIBS) $(if $(filter chat_eval,$@),$(MPIFLAGS))
 else
@@ -88,7 +88,7 @@ dev/data/bin/tokenize: dev/data/tokenize.cpp $(HEADERS)
 	@mkdir -p dev/data/bin
 	$(CXX) $(CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) -I. $< -o $@
 
-# nanochat's calculator tool with llmc/calculator.h, for its tests (dev/data/test_calculator.py)
+# nanochat's calculator tool with chat/calculator.h, for its tests (dev/data/test_calculator.py)
 dev/data/bin/calc: dev/data/calc.cpp $(HEADERS)
 	@mkdir -p dev/data/bin
 	$(CXX) $(CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) -I. $< -o $@
@@ -126,9 +126,9 @@ $(GPU_BIN)/test_xsa_cuda: test_xsa.cu train_gpt.cu $(HEADERS)
 $(GPU_BIN)/bench_fwdbwd_cuda: dev/bench/bench_fwdbwd.cu train_gpt.cu $(HEADERS)
 	@mkdir -p $(GPU_BIN)
 	$(NVCC) $(GPU_NVCCFLAGS) $(NVCC_LIBFLAGS) dev/bench/bench_fwdbwd.cu -o $@ $(CUDA_LIBS)
-$(GPU_BIN)/sample_cuda: sample.cpp train_gpt.cu $(HEADERS)
+$(GPU_BIN)/sample_cuda: chat/sample.cpp train_gpt.cu $(HEADERS)
 	@mkdir -p $(GPU_BIN)
-	$(NVCC) $(GPU_NVCCFLAGS) $(NVCC_LIBFLAGS) -x cu sample.cpp -o $@ $(CUDA_LIBS)
+	$(NVCC) $(GPU_NVCCFLAGS) $(NVCC_LIBFLAGS) -x cu chat/sample.cpp -o $@ $(CUDA_LIBS)
 $(GPU_BIN)/%_check: dev/cuda/%_check.cu dev/cuda/check_util.cuh $(HEADERS)
 	@mkdir -p $(GPU_BIN)
 	$(NVCC) $(GPU_NVCCFLAGS) $(NVCC_LIBFLAGS) -I. $< -o $@ $(CUDA_LIBS)
@@ -230,7 +230,7 @@ $(SAN_DIR)/eval_core: eval_core.cpp train_gpt.cu $(HEADERS)
 	@mkdir -p $(SAN_DIR)
 	$(CXX) $(SANFLAGS) $(LIBFLAGS) $(OMPFLAGS) eval_core.cpp -o $@
 
-$(SAN_DIR)/sample $(SAN_DIR)/chat $(SAN_DIR)/chat_eval: $(SAN_DIR)/%: %.cpp train_gpt.cu $(HEADERS)
+$(SAN_DIR)/sample $(SAN_DIR)/chat $(SAN_DIR)/chat_eval: $(SAN_DIR)/%: chat/%.cpp train_gpt.cu $(HEADERS)
 	@mkdir -p $(SAN_DIR)
 	$(CXX) $(SANFLAGS) $(LIBFLAGS) $(OMPFLAGS) -x c++ $< -o $@ $(if $(filter chat_eval,$*),$(MPIFLAGS))
 

@@ -47,8 +47,9 @@ Model (nanochat a825e63 and later; every formula in dev/docs/model.md), per toke
 #include "llmc/tokenizer.h"    // the tokenizer file: token bytes, BOS, byte lengths for bits per byte
 #include "llmc/safetensors.h"  // weights and checkpoint files
 #include "llmc/core.h"         // CORE task files, scoring and aggregation
-#include "llmc/chatcore.h"     // ChatCORE task files, answer checkers and aggregation
-#include "llmc/calculator.h"   // the calculator tool of chat generation (nanochat's Engine)
+#include "chat/chatcore.h"     // ChatCORE task files, answer checkers and aggregation
+#include "chat/calculator.h"   // the calculator tool of chat generation (nanochat's Engine)
+#include "chat/encoder.h"      // text -> token ids
 #include "llmc/ranks.cuh"      // data parallelism: forked rank processes, gradient sums (NCCL / shared memory)
 #include "llmc/logger.h"       // metrics.jsonl: JSON lines built with escaping, written with checks and flushed
 
@@ -1923,7 +1924,7 @@ struct GenerateStats {
 
 // nanochat's calculator tool (its Engine): a row that writes <|python_start|> EXPR <|python_end|> gets
 // <|output_start|> RESULT <|output_end|> forced in as its next tokens, RESULT = calculator_eval of the decoded
-// EXPR (llmc/calculator.h) encoded; no result (an expression it refuses), nothing forced. Forced tokens are
+// EXPR (chat/calculator.h) encoded; no result (an expression it refuses), nothing forced. Forced tokens are
 // new tokens like the sampled ones (they count against max_new).
 struct CalculatorTool {
     const Tokenizer* tok = nullptr;  // null: no tool (the tokenizer has no chat tokens)

@@ -1,4 +1,4 @@
-// calc: nanochat's calculator tool (llmc/calculator.h: calculator_eval), for its tests (dev/data/test_calculator.py).
+// calc: nanochat's calculator tool (chat/calculator.h: calculator_eval), for its tests (dev/data/test_calculator.py).
 // make dev/data/bin/calc
 //
 //   dev/data/bin/calc [--tagged] < EXPRESSIONS
@@ -6,12 +6,12 @@
 // Reads expressions from standard input, one a line (each ends at a '\n'; nothing else is removed), and
 // prints one line for each: str() of the result, or the word None where nanochat's use_calculator gives
 // None. --tagged: a result is printed after '=' ("=5.0", "=None" for the string 'None'), and None is
-// printed as Unsupported where it comes from something llmc/calculator.h does not implement (Python might
-// give a value there; see the top of llmc/calculator.h). Any bad argument: one "error: ..." line, exit 1.
+// printed as Unsupported where it comes from something chat/calculator.h does not implement (Python might
+// give a value there; see the top of chat/calculator.h). Any bad argument: one "error: ..." line, exit 1.
 #include <cstdio>
 #include <cstring>
 #include <string>
-#include "llmc/calculator.h"
+#include "chat/calculator.h"
 
 int main(int argc, char** argv) {
     bool tagged = false;

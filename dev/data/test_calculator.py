@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tests of nanochat's calculator tool in C++ (llmc/calculator.h: calculator_eval), run through dev/data/bin/calc,
+"""Tests of nanochat's calculator tool in C++ (chat/calculator.h: calculator_eval), run through dev/data/bin/calc,
 against nanochat's own rules (nanochat/engine.py: use_calculator, eval_with_timeout) written out again here with
 Python's eval: the independent reference. Every expression must give the same text, or None on both sides.
 
@@ -11,10 +11,10 @@ and several thousand random ones (seeded): arithmetic trees over the first chara
 and keyword expressions over the second, token soups and random garbage over both, and random bytes.
 
 The calculator may answer "unsupported" (None, flagged by calc --tagged) where it does not implement what Python
-would do (listed at the top of llmc/calculator.h); only there may Python give a value instead. The known
+would do (listed at the top of chat/calculator.h); only there may Python give a value instead. The known
 cases are checked to be real gaps, and the random expressions must meet them rarely.
 
-The reference is the Python running this file. llmc/calculator.h follows CPython 3.10 (nanochat's .python-version)
+The reference is the Python running this file. chat/calculator.h follows CPython 3.10 (nanochat's .python-version)
 and 3.11 (Debian 12's python3, CI's), which agree on all of this. Later versions differ in a few places, and
 there the expressions that reach them are left out (counted as skipped): str.splitlines takes any object (3.12),
 huge-int division and str() import a module (_pylong), which fails with empty builtins (3.12), int.is_integer
@@ -38,7 +38,7 @@ CHARS_MATH = "0123456789*+-/.() "
 CHARS_STR = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789'\"()._ "
 DANGEROUS = ['__', 'import', 'exec', 'eval', 'compile', 'open', 'file', 'input', 'raw_input', 'globals', 'locals',
              'vars', 'dir', 'getattr', 'setattr', 'delattr', 'hasattr']
-EXACT = sys.version_info[:2] in ((3, 10), (3, 11))  # the versions llmc/calculator.h follows
+EXACT = sys.version_info[:2] in ((3, 10), (3, 11))  # the versions chat/calculator.h follows
 
 
 def version_dependent(expr):
@@ -348,7 +348,7 @@ class TestCases(unittest.TestCase):
         tally.check(self, "hand-picked")
 
     def test_known_unsupported(self):
-        """the documented gaps of llmc/calculator.h: calc answers unsupported, and Python gives a value where listed"""
+        """the documented gaps of chat/calculator.h: calc answers unsupported, and Python gives a value where listed"""
         answers = run_calc([e for e, _ in UNSUPPORTED])
         for (expr, has_value), ans in zip(UNSUPPORTED, answers):
             self.assertEqual(ans, ("Unsupported",), "calc on %r" % short(expr))
@@ -606,7 +606,7 @@ class TestRandom(unittest.TestCase):
         exprs = [string_expr(rng) for _ in range(5000)]
         tally = Tally(exprs)
         # the gaps met at random: `x is y` with equal values (an implementation detail of CPython), and rarely
-        # anything else (see the top of llmc/calculator.h)
+        # anything else (see the top of chat/calculator.h)
         tally.check(self, "random string expressions", max_gaps=len(exprs) // 50)
 
     def test_garbage(self):

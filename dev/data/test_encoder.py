@@ -12,7 +12,7 @@ substring of the texts, under which each chunk of the split up to 16 bytes is on
 ids show the split itself (a trained vocabulary hides most split errors on rare characters: their bytes
 never merge either way). Texts: the embedded corpus, dev/data/encoder_test.txt (multilingual and
 adversarial, whole and line by line), random strings over a tricky alphabet, invalid UTF-8, long runs,
-special tokens, and every edge of the Unicode class ranges of llmc/unicode_classes.h in several contexts.
+special tokens, and every edge of the Unicode class ranges of chat/unicode_classes.h in several contexts.
 
 The corpus check against the committed shards and the error cases need no package; the rest needs tiktoken
 and rustbpe (python3 -m pip install -r dev/data/requirements.txt) and is skipped without them, except where
@@ -37,7 +37,7 @@ from xsatest import REPO, binary, check_one_error, needs_packages, read  # noqa:
 
 DEVIL = os.path.join(REPO, "dev", "data", "devil")
 TEST_TEXT = os.path.join(REPO, "dev", "data", "encoder_test.txt")
-UNICODE_HEADER = os.path.join(REPO, "llmc", "unicode_classes.h")
+UNICODE_HEADER = os.path.join(REPO, "chat", "unicode_classes.h")
 GPT4_PATTERN = climbmix.SPLIT_PATTERN.replace(r"\p{N}{1,2}", r"\p{N}{1,3}")
 # tiktoken's own cl100k_base pattern: another spelling with other whitespace rules, which the encoder refuses
 CL100K_PATTERN = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
@@ -149,7 +149,7 @@ def with_specials_texts():
 
 
 def unicode_edges():
-    """A line per code point at an edge of a range of llmc/unicode_classes.h (first - 1, first, last, last + 1), in
+    """A line per code point at an edge of a range of chat/unicode_classes.h (first - 1, first, last, last + 1), in
     the contexts that tell its class: after a letter, between digits, doubled before a letter, after an apostrophe."""
     cps = set()
     for first, last in re.findall(r"\{0x([0-9A-F]+), 0x([0-9A-F]+), CP_", read(UNICODE_HEADER).decode()):
@@ -423,7 +423,7 @@ class TestTokenizerFile(unittest.TestCase):
 @needs_packages("unicodedata2")
 class TestUnicodeTables(unittest.TestCase):
     def test_header_current(self):
-        """llmc/unicode_classes.h is what dev/data/make_unicode_classes.py writes (Unicode 16.0.0, tiktoken 0.14.0's)"""
+        """chat/unicode_classes.h is what dev/data/make_unicode_classes.py writes (Unicode 16.0.0, tiktoken 0.14.0's)"""
         p = subprocess.run([sys.executable, "dev/data/make_unicode_classes.py", "--check"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         out = p.stdout.decode()
         self.assertTrue(p.returncode == 0 and "warning" not in out, "exit %d: %s" % (p.returncode, out))

@@ -11,7 +11,7 @@
 // "error: ..." line, exit code 1.
 #include <string>
 #include <vector>
-#include "llmc/tokenizer.h"
+#include "chat/encoder.h"
 
 static std::string read_all(const std::string& path) {
     std::string data;

@@ -1,9 +1,9 @@
-// fuzz_chat_task: a ChatCORE task file (llmc/chatcore.h: chat_task_load), loaded for the embedded corpus's
+// fuzz_chat_task: a ChatCORE task file (chat/chatcore.h: chat_task_load), loaded for the embedded corpus's
 // tokenizer (vocabulary 4096, BOS 4087). An accepted task's references go through the answer checkers that
 // need no process (GSM8K's number, HumanEval's program extraction), and made-up verdicts through the
 // aggregation, which must give finite numbers.
 #include "dev/fuzz/fuzz_util.h"
-#include "llmc/chatcore.h"
+#include "chat/chatcore.h"
 
 static const int VOCAB = 4096, BOS = 4087;
 

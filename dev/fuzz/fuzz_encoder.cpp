@@ -1,10 +1,10 @@
-// fuzz_encoder: any bytes as text through the encoder (llmc/tokenizer.h: tokenizer_encode and
+// fuzz_encoder: any bytes as text through the encoder (chat/encoder.h: tokenizer_encode and
 // tokenizer_encode_with_specials) with the embedded corpus's tokenizer. Every id must be in the vocabulary
 // (and no special one without specials); decoding must give the text back with its invalid UTF-8 replaced
 // by U+FFFD, checked against a decoder of this harness's own, written from the table of well-formed byte
 // sequences; and encoding that replaced text must give the same ids.
 #include "dev/fuzz/fuzz_util.h"
-#include "llmc/tokenizer.h"
+#include "chat/encoder.h"
 
 // Unicode's Table 3-7, the well-formed UTF-8 byte sequences: byte k of a sequence of `len` bytes lies in
 // [lo[k], hi[k]].

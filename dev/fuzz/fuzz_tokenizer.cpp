@@ -2,7 +2,7 @@
 // accepted tokenizer decodes its sample prompts and every token, as the trainer's samples do, and encodes
 // the prompts' text back (fuzz_encoder fuzzes the text instead, with a fixed tokenizer).
 #include "dev/fuzz/fuzz_util.h"
-#include "llmc/tokenizer.h"
+#include "chat/encoder.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static FuzzFile file = fuzz_file("tokenizer");

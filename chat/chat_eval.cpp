@@ -7,7 +7,7 @@ chatcore_evaluate in train_gpt.cu and chatcore.h, the same code train_gpt --sft 
 HumanEval runs the model's code with python3 in separate processes (5 s and 256 MB each).
 */
 #define TRAIN_GPT_NO_MAIN  // use train_gpt.cu as a library: everything but main()
-#include "train_gpt.cu"
+#include "../train_gpt.cu"
 
 static void usage() {
     printf("usage: chat_eval -e CHECKPOINT -c TASKDIR [--max-cat N] [--max-sample N] [--max-new N] [-o results.csv] [--ranks N]\n"

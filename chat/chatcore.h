@@ -22,8 +22,8 @@
 #include <unistd.h>
 #include <string>
 #include <vector>
-#include "common.h"
-#include "core.h"  // valid_utf8
+#include "../llmc/common.h"
+#include "../llmc/core.h"  // valid_utf8
 
 static const int CHATCORE_MAGIC = 20261203;
 static const int CHATCORE_VERSION = 1;

@@ -10,7 +10,7 @@ As nanochat's engine, the answer may use the calculator: <|python_start|> 12/60 
 by <|output_start|> 0.2 <|output_end|>, forced in (train_gpt.cu: CalculatorTool).
 */
 #define TRAIN_GPT_NO_MAIN  // use train_gpt.cu as a library: everything but main()
-#include "train_gpt.cu"
+#include "../train_gpt.cu"
 
 #include <iostream>
 
