@@ -29,7 +29,7 @@ NVCC_LIBFLAGS = -Xcompiler -Wno-unused-function -diag-suppress 177
 NCCL_HEADER := $(firstword $(wildcard $(dir $(shell command -v $(NVCC) 2>/dev/null))../include/nccl.h /usr/include/nccl.h))
 CUDA_LIBS = -lcublasLt -lgomp $(if $(NCCL_HEADER),-lnccl)
 NVCCFLAGS += $(if $(NCCL_HEADER),-DXSA_NCCL)
-# MPI (ranks started by mpirun or srun, README.md#several-gpus-and-several-nodes): train_gpt and chat_eval,
+# MPI (ranks started by mpirun or srun, dev/docs/multinode.md): train_gpt and chat_eval,
 # the programs that take --ranks, are built with it where Open MPI's compiler wrapper is found (NO_MPI=1:
 # without). Only its -I, -L and -l flags are taken, which both g++ and nvcc accept; its C API only (not
 # the C++ bindings, which do not compile warning-free).
@@ -40,7 +40,7 @@ CUDA_CHECKS = $(patsubst dev/cuda/%.cu,dev/cuda/bin/%,$(wildcard dev/cuda/*_chec
 # the Python that runs the tests (e.g. PYTHON=python3.12 make test); its packages decide what is skipped
 PYTHON ?= python3
 
-.PHONY: all test test-all test_cuda cuda_targets gpu_binaries bench clean train_gpt emu_test fuzz fuzz-build fuzz-seeds test-sanitize
+.PHONY: chat-tools all test test-all test_cuda cuda_targets gpu_binaries bench clean train_gpt emu_test fuzz fuzz-build fuzz-seeds test-sanitize
 
 all: train_gpt_cpu eval_core test_xsa_cpu
 
@@ -56,13 +56,22 @@ else
 	cp train_gpt_cpu train_gpt
 endif
 
-# Talking to a trained model (README.md#talk-to-the-model): sample continues a text, chat holds a
-# conversation, chat_eval scores a chat model's ChatCORE; all with the backend of this machine, as train_gpt.
-sample chat chat_eval: %: chat/%.cpp train_gpt.cu $(HEADERS)
+# nanochat's chat half (chat/, dev/docs/chat.md): chat_sft fine-tunes a base model on conversations
+# (SFT), sample continues a text, chat_cli holds a conversation, chat_eval scores a chat model's ChatCORE; all
+# with the backend of this machine, as train_gpt. `make chat-tools` builds the four.
+CHAT_TOOLS = chat_sft sample chat_cli chat_eval
+chat-tools: $(CHAT_TOOLS)
+sample chat_cli chat_eval: %: chat/%.cpp train_gpt.cu $(HEADERS)
 ifeq ($(HAS_GPU),1)
 	$(NVCC) $(NVCCFLAGS) $(NVCC_LIBFLAGS) -x cu $< -o $@ $(CUDA_LIBS) $(if $(filter chat_eval,$@),$(MPIFLAGS))
 else
 	$(CXX) $(CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) -x c++ $< -o $@ $(if $(filter chat_eval,$@),$(MPIFLAGS))
+endif
+chat_sft: chat/chat_sft.cu train_gpt.cu $(HEADERS)
+ifeq ($(HAS_GPU),1)
+	$(NVCC) $(NVCCFLAGS) $(NVCC_LIBFLAGS) chat/chat_sft.cu -o $@ $(CUDA_LIBS) $(MPIFLAGS)
+else
+	$(CXX) $(CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) -x c++ chat/chat_sft.cu -o $@ $(MPIFLAGS)
 endif
 
 train_gpt_cpu: train_gpt.cu $(HEADERS)
@@ -101,7 +110,10 @@ dev/cuda/bin/%: dev/cuda/%.cu dev/cuda/check_util.cuh $(HEADERS)
 dev/bench/bench_fwdbwd_cuda: dev/bench/bench_fwdbwd.cu train_gpt.cu $(HEADERS)
 	$(NVCC) $(NVCCFLAGS) $(NVCC_LIBFLAGS) dev/bench/bench_fwdbwd.cu -o $@ $(CUDA_LIBS)
 
-cuda_targets: train_gpt_cuda eval_core_cuda test_xsa_cuda dev/bench/bench_fwdbwd_cuda $(CUDA_CHECKS)
+chat_sft_cuda: chat/chat_sft.cu train_gpt.cu $(HEADERS)
+	$(NVCC) $(NVCCFLAGS) $(NVCC_LIBFLAGS) chat/chat_sft.cu -o $@ $(CUDA_LIBS) $(MPIFLAGS)
+
+cuda_targets: train_gpt_cuda eval_core_cuda test_xsa_cuda chat_sft_cuda dev/bench/bench_fwdbwd_cuda $(CUDA_CHECKS)
 
 # What dev/gpu_check.sh runs, built here for a GPU machine (carry build/gpu with the device tool): device code
 # for sm_90 (H100/H200), host code for x86-64-v3 (AVX2 and FMA, every x86 server CPU since 2015) instead of
@@ -112,7 +124,7 @@ GPU_BIN = build/gpu
 PORTABLE = -march=x86-64-v3
 GPU_NVCCFLAGS = $(subst -march=native,$(PORTABLE),$(subst -arch=$(CUDA_ARCH),-arch=sm_90,$(NVCCFLAGS)))
 GPU_CXXFLAGS = $(subst -march=native,$(PORTABLE),$(CXXFLAGS))
-GPU_BINARIES = $(addprefix $(GPU_BIN)/,train_gpt_cuda test_xsa_cuda bench_fwdbwd_cuda sample_cuda train_gpt_cpu test_xsa_cpu \
+GPU_BINARIES = $(addprefix $(GPU_BIN)/,train_gpt_cuda test_xsa_cuda bench_fwdbwd_cuda sample_cuda chat_sft_cuda train_gpt_cpu test_xsa_cpu \
                $(notdir $(CUDA_CHECKS)))
 gpu_binaries: $(GPU_BINARIES)
 	sh dev/gpu_sources_hash.sh > $(GPU_BIN)/SOURCES
@@ -129,6 +141,9 @@ $(GPU_BIN)/bench_fwdbwd_cuda: dev/bench/bench_fwdbwd.cu train_gpt.cu $(HEADERS)
 $(GPU_BIN)/sample_cuda: chat/sample.cpp train_gpt.cu $(HEADERS)
 	@mkdir -p $(GPU_BIN)
 	$(NVCC) $(GPU_NVCCFLAGS) $(NVCC_LIBFLAGS) -x cu chat/sample.cpp -o $@ $(CUDA_LIBS)
+$(GPU_BIN)/chat_sft_cuda: chat/chat_sft.cu train_gpt.cu $(HEADERS)
+	@mkdir -p $(GPU_BIN)
+	$(NVCC) $(GPU_NVCCFLAGS) $(NVCC_LIBFLAGS) chat/chat_sft.cu -o $@ $(CUDA_LIBS)
 $(GPU_BIN)/%_check: dev/cuda/%_check.cu dev/cuda/check_util.cuh $(HEADERS)
 	@mkdir -p $(GPU_BIN)
 	$(NVCC) $(GPU_NVCCFLAGS) $(NVCC_LIBFLAGS) -I. $< -o $@ $(CUDA_LIBS)
@@ -142,7 +157,7 @@ $(GPU_BIN)/test_xsa_cpu: test_xsa.cu train_gpt.cu $(HEADERS)
 # The suites, one PASS/FAIL/SKIP line per check, a subtotal per suite and one closing line
 # "N passed, N failed[, N skipped]" over all of them (dev/test/run_tests.py): ./test_xsa_cpu (the
 # numerics), dev/test/test_e2e.py (the binaries end to end) and the Python tools' tests (dev/**/test_*.py).
-test: test_xsa_cpu train_gpt_cpu eval_core sample chat chat_eval dev/data/bin/tokenize dev/data/bin/calc
+test: test_xsa_cpu train_gpt_cpu eval_core $(CHAT_TOOLS) dev/data/bin/tokenize dev/data/bin/calc
 	$(PYTHON) dev/test/run_tests.py
 
 # test's suites, plus: every CUDA target compiled where nvcc exists (cuda_targets, one check), and
@@ -150,7 +165,7 @@ test: test_xsa_cpu train_gpt_cpu eval_core sample chat chat_eval dev/data/bin/to
 # (emu_test's targets, one check each; the real CUDA tests: dev/gpu_check.sh on a GPU machine).
 # (CUDA_COMPILE is not written as $(MAKE) in the recipe: that would make `make -n test-all` run the tests.)
 CUDA_COMPILE = $(MAKE) --no-print-directory cuda_targets
-test-all: test_xsa_cpu train_gpt_cpu eval_core sample chat chat_eval dev/data/bin/tokenize dev/data/bin/calc
+test-all: test_xsa_cpu train_gpt_cpu eval_core $(CHAT_TOOLS) dev/data/bin/tokenize dev/data/bin/calc
 	$(PYTHON) dev/test/run_tests.py $(if $(HAS_NVCC),--compile '$(CUDA_COMPILE)') \
 	    $(if $(and $(HAS_GPU),$(HAS_NVCC)),--cuda ./test_xsa_cuda,--emu '$(EMU_TEST_TARGETS)')
 
@@ -165,7 +180,7 @@ bench: dev/bench/bench_fwdbwd dev/bench/bench_cpu_kernels
 	bash dev/bench/cpu_vs_torch.sh
 
 clean:
-	rm -rf train_gpt train_gpt_cpu train_gpt_cuda eval_core eval_core_cuda test_xsa_cpu test_xsa_cuda sample chat chat_eval \
+	rm -rf train_gpt train_gpt_cpu train_gpt_cuda eval_core eval_core_cuda test_xsa_cpu test_xsa_cuda $(CHAT_TOOLS) chat_sft_cuda \
 	       dev/bench/bench_fwdbwd dev/bench/bench_fwdbwd_cuda dev/bench/bench_cpu_kernels dev/cuda/bin dev/fuzz/bin dev/fuzz/artifacts build/sanitize dev/data/bin
 
 # The CUDA code on the CPU emulator (dev/cuda/emu/README.md), no GPU needed: the emulator's self-test and
@@ -214,7 +229,7 @@ fuzz-seeds: fuzz-build
 SAN_DIR = build/sanitize
 SANFLAGS = -O2 -g -march=native -std=c++17 -fno-trapping-math -Wall -Wextra -Werror -fno-omit-frame-pointer \
            -fsanitize=address,undefined -fno-sanitize-recover=undefined
-SAN_BINS = $(SAN_DIR)/train_gpt_cpu $(SAN_DIR)/eval_core $(SAN_DIR)/test_xsa_cpu $(SAN_DIR)/sample $(SAN_DIR)/chat $(SAN_DIR)/chat_eval \
+SAN_BINS = $(SAN_DIR)/train_gpt_cpu $(SAN_DIR)/eval_core $(SAN_DIR)/test_xsa_cpu $(addprefix $(SAN_DIR)/,$(CHAT_TOOLS)) \
            $(SAN_DIR)/dev/data/bin/tokenize
 # exitcode 86: a report is never mistaken for a rejected input (exit 1); leaks are not checked (fail()
 # exits with live allocations by design, and libgomp keeps its own)
@@ -230,9 +245,13 @@ $(SAN_DIR)/eval_core: eval_core.cpp train_gpt.cu $(HEADERS)
 	@mkdir -p $(SAN_DIR)
 	$(CXX) $(SANFLAGS) $(LIBFLAGS) $(OMPFLAGS) eval_core.cpp -o $@
 
-$(SAN_DIR)/sample $(SAN_DIR)/chat $(SAN_DIR)/chat_eval: $(SAN_DIR)/%: chat/%.cpp train_gpt.cu $(HEADERS)
+$(SAN_DIR)/sample $(SAN_DIR)/chat_cli $(SAN_DIR)/chat_eval: $(SAN_DIR)/%: chat/%.cpp train_gpt.cu $(HEADERS)
 	@mkdir -p $(SAN_DIR)
 	$(CXX) $(SANFLAGS) $(LIBFLAGS) $(OMPFLAGS) -x c++ $< -o $@ $(if $(filter chat_eval,$*),$(MPIFLAGS))
+
+$(SAN_DIR)/chat_sft: chat/chat_sft.cu train_gpt.cu $(HEADERS)
+	@mkdir -p $(SAN_DIR)
+	$(CXX) $(SANFLAGS) $(LIBFLAGS) $(OMPFLAGS) -x c++ chat/chat_sft.cu -o $@ $(MPIFLAGS)
 
 $(SAN_DIR)/test_xsa_cpu: test_xsa.cu train_gpt.cu $(HEADERS)
 	@mkdir -p $(SAN_DIR)

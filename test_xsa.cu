@@ -11,6 +11,9 @@ Build and run: make test (all suites: dev/test/run_tests.py)
 */
 #define TRAIN_GPT_NO_MAIN  // use train_gpt.cu as a library: everything but main()
 #include "train_gpt.cu"
+// the chat half (chat/): the SFT loader, ChatCORE, the calculator tool and the encoder have their tests here too
+#include "chat/sft.h"
+#include "chat/chatcore_evaluate.h"
 
 #include <dirent.h>
 #include <sys/wait.h>
@@ -1651,10 +1654,10 @@ static void test_resume_bit_identical(bool adamw_only) {
     Run full, first, resumed;
     start(&full);
     std::vector<double> full_losses;
-    for (int s = 0; s < 6; s++) full_losses.push_back(train_step(&full.model, &full.opt, &full.data, 2).loss);
+    for (int s = 0; s < 6; s++) full_losses.push_back(train_step(&full.model, &full.opt, &full.data, 2, s).loss);
     start(&first);
     LoopState loop;
-    for (int s = 0; s < 3; s++) loop.smooth_loss = train_step(&first.model, &first.opt, &first.data, 2).loss;
+    for (int s = 0; s < 3; s++) loop.smooth_loss = train_step(&first.model, &first.opt, &first.data, 2, s).loss;
     loop.step = 3;
     save_checkpoint(ckpt, &first.model, &first.opt, &first.data, loop);
     stop(&first);
@@ -1662,7 +1665,7 @@ static void test_resume_bit_identical(bool adamw_only) {
     LoopState restored;
     load_checkpoint(ckpt, &resumed.model, &resumed.opt, &resumed.data, &restored, false);
     bool same_losses = restored.step == 3 && restored.smooth_loss == loop.smooth_loss;
-    for (int s = 3; s < 6; s++) same_losses &= train_step(&resumed.model, &resumed.opt, &resumed.data, 2).loss == full_losses[s];
+    for (int s = 3; s < 6; s++) same_losses &= train_step(&resumed.model, &resumed.opt, &resumed.data, 2, s).loss == full_losses[s];
     bool same_params = memcmp(full.model.params, resumed.model.params, full.model.num_params * sizeof(float)) == 0;
     bool same_state = memcmp(full.opt.state, resumed.opt.state, full.opt.layout.state_floats * sizeof(float)) == 0;
     bool same_loader = dataloader_state(&full.data) == dataloader_state(&resumed.data);

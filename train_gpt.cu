@@ -47,9 +47,6 @@ Model (nanochat a825e63 and later; every formula in dev/docs/model.md), per toke
 #include "llmc/tokenizer.h"    // the tokenizer file: token bytes, BOS, byte lengths for bits per byte
 #include "llmc/safetensors.h"  // weights and checkpoint files
 #include "llmc/core.h"         // CORE task files, scoring and aggregation
-#include "chat/chatcore.h"     // ChatCORE task files, answer checkers and aggregation
-#include "chat/calculator.h"   // the calculator tool of chat generation (nanochat's Engine)
-#include "chat/encoder.h"      // text -> token ids
 #include "llmc/ranks.cuh"      // data parallelism: forked rank processes, gradient sums (NCCL / shared memory)
 #include "llmc/logger.h"       // metrics.jsonl: JSON lines built with escaping, written with checks and flushed
 
@@ -1191,19 +1188,8 @@ struct UpdateSchedule {
 // base training's schedules at update `it`
 static UpdateSchedule base_schedule(const OptimConfig& o, int it) { return {lr_multiplier(o, it), muon_momentum(o, it), muon_weight_decay(o, it)}; }
 
-// SFT's (nanochat's chat_sft) at update `it`, when `progress` of the data has been read (the fraction of the
-// conversations taken, or of the -n steps): lr multiplier linear warmup, flat, linear warmdown to
-// final_lr_frac; Muon momentum 0.85 -> 0.95 over the first 300 updates; Muon weight decay constant.
-static UpdateSchedule sft_schedule(const OptimConfig& o, int it, double progress) {
-    double lrm = 1.0;
-    if (progress < o.warmup_ratio) lrm = (progress + 1e-8) / o.warmup_ratio;
-    else if (progress > 1.0 - o.warmdown_ratio) {
-        const double decay = (progress - (1.0 - o.warmdown_ratio)) / o.warmdown_ratio;
-        lrm = (1.0 - decay) + decay * o.final_lr_frac;
-    }
-    const double frac = std::min(it / 300.0, 1.0);
-    return {lrm, (1.0 - frac) * 0.85 + frac * 0.95, o.muon_wd};
-}
+// the schedules of a step on token shards: base training's (train_step; SFT's: chat/chat_sft.cu)
+static UpdateSchedule update_schedule(const OptimConfig& o, const DataLoader*, int it) { return base_schedule(o, it); }
 
 // A Muon group: every block matrix of one shape (nanochat's groups), with its momentum and NorMuon state
 // stacked, (K, rows, cols) and (K, rows or cols), so the CUDA backend updates the group in one go. Sharded,
@@ -1528,82 +1514,6 @@ static TrainingPlan plan_training(const GPTConfig& model, const OptimArgs& a) {
     return plan;
 }
 
-// SFT's settings (nanochat's chat_sft flags and defaults; dev/docs/optim.md#sft)
-struct SftArgs {
-    float init_lr_frac = 0.8f;    // every lr x this
-    float warmup_ratio = 0.0f, warmdown_ratio = 0.5f, final_lr_frac = 0.0f;
-    bool load_optimizer = true;   // warm-start the optimizer from the base checkpoint's state
-    // the base run's, unless given (-1)
-    float embedding_lr = -1.0f, unembedding_lr = -1.0f, matrix_lr = -1.0f;
-    long total_batch = -1;
-};
-
-// The optimizer settings a checkpoint was written with (optim.* metadata). Exported weights have none: then
-// nanochat's defaults (Muon with MuonEq and Muon+, base_train's lrs) and no total batch (0).
-static OptimConfig checkpoint_optim_config(const SafetensorsFile& f) {
-    OptimConfig o;
-    OptimArgs defaults;
-    o.given_embedding_lr = defaults.embedding_lr;
-    o.given_unembedding_lr = defaults.unembedding_lr;
-    o.given_matrix_lr = defaults.matrix_lr;
-    o.given_xsa_lr = defaults.xsa_lr;
-    if (f.metadata.count("optim.muon_eq") == 0) return o;
-    auto flag = [&](const char* key) { return metadata_int(f, key, 0, 1) == 1; };
-    auto number = [&](const char* key, float* out) {
-        if (f.metadata.count(key)) *out = (float)metadata_double(f, key);
-    };
-    o.adamw_only = flag("optim.adamw_only");
-    o.muon_eq = flag("optim.muon_eq");
-    o.muon_plus = flag("optim.muon_plus");
-    o.sft = f.metadata.count("optim.sft") && flag("optim.sft");
-    o.muon_wd = (float)metadata_double(f, "optim.muon_wd");
-    o.num_iterations = (int)metadata_int(f, "optim.num_iterations", 0, INT_MAX);
-    number("optim.given_embedding_lr", &o.given_embedding_lr);
-    number("optim.given_unembedding_lr", &o.given_unembedding_lr);
-    number("optim.given_matrix_lr", &o.given_matrix_lr);
-    number("optim.given_xsa_lr", &o.given_xsa_lr);
-    if (f.metadata.count("optim.total_batch")) o.total_batch = metadata_int(f, "optim.total_batch", 0, LONG_MAX);
-    return o;
-}
-
-// SFT's plan (nanochat's chat_sft): the base run's optimizer (`base`: Muon variant or AdamW mode) with the
-// lrs its command line gave (unless given here), each x init_lr_frac and scaled by the width rule only
-// (nanochat's setup_optimizer, without the batch scaling); the scalar and smear lrs at their flags'
-// defaults (nanochat's setup_optimizer defaults: chat_sft does not inherit them); the base run's total
-// batch; Muon's weight decay `muon_wd` throughout; num_iterations is set once the data is counted.
-static TrainingPlan plan_sft(const GPTConfig& model, const OptimConfig& base, const OptimArgs& flags, const SftArgs& a, double muon_wd) {
-    TrainingPlan plan = {};
-    OptimConfig& o = plan.optim;
-    o.adamw_only = base.adamw_only;
-    o.muon_eq = base.muon_eq;
-    o.muon_plus = base.muon_plus;
-    o.sft = true;
-    o.given_embedding_lr = a.embedding_lr >= 0.0f ? a.embedding_lr : base.given_embedding_lr;
-    o.given_unembedding_lr = a.unembedding_lr >= 0.0f ? a.unembedding_lr : base.given_unembedding_lr;
-    o.given_matrix_lr = a.matrix_lr >= 0.0f ? a.matrix_lr : base.given_matrix_lr;
-    o.given_xsa_lr = base.given_xsa_lr;
-    plan.total_batch = o.total_batch = a.total_batch > 0 ? a.total_batch : base.total_batch;
-    if (plan.total_batch <= 0) fail("the base model's file does not say its total batch (exported weights); give SFT's with -B");
-    plan.batch_lr_scale = 1.0;
-    plan.dmodel_lr_scale = pow((double)model.n_embd / 768.0, -0.5);
-    const double d = plan.dmodel_lr_scale, f = a.init_lr_frac;
-    o.lr[GROUP_LM_HEAD] = (float)(o.given_unembedding_lr * d * f);
-    o.lr[GROUP_WTE] = (float)(o.given_embedding_lr * d * f);
-    o.lr[GROUP_VE] = (float)(o.given_embedding_lr * d * 0.5 * f);
-    o.lr[GROUP_RESID] = (float)(flags.scalar_lr * 0.01 * f);
-    o.lr[GROUP_X0] = (float)(flags.scalar_lr * f);
-    o.lr[GROUP_SMEAR] = (float)(flags.smear_lr * f);
-    o.lr[GROUP_XSA] = (float)(o.given_xsa_lr * f);
-    o.lr[GROUP_MATRIX] = (float)(o.given_matrix_lr * f);
-    o.muon_wd = (float)muon_wd;
-    o.matrix_adamw_wd = flags.adamw_matrix_wd;
-    o.warmup_steps = 0;
-    o.warmup_ratio = a.warmup_ratio;
-    o.warmdown_ratio = a.warmdown_ratio;
-    o.final_lr_frac = a.final_lr_frac;
-    return plan;
-}
-
 // ----------------------------------------------------------------------------------------------------
 // The training step: micro-batches, the ranks' gradient sum, the update
 
@@ -1685,11 +1595,12 @@ struct StepResult {
 
 // One optimizer step: the gradient of the mean loss over `accum` micro-batches on every rank (summed over
 // the ranks: each micro-batch weighs 1 / (accum x ranks)), then the update, the same on every rank, with
-// the values schedule() gives once the micro-batches are drawn (SFT's depend on the data read so far).
+// the schedules' values at update `it` of the run, taken once the micro-batches are drawn (update_schedule:
+// base training's, below, depend on `it` alone; SFT's, in chat/chat_sft.cu, on the data read so far too).
 // Stops the run if the loss, the gradient or the updated parameters are not finite. Reading the step's
 // sums is its only wait for the device. Loader: DataLoader (base training) or SftLoader.
-template <typename Loader, typename Schedule>
-static StepResult train_step(GPT* model, Optimizer* opt, Loader* train, int accum, Schedule schedule) {
+template <typename Loader>
+static StepResult train_step(GPT* model, Optimizer* opt, Loader* train, int accum, int it) {
     gpt_zero_grad(model);
     backend_zero(model->step_sums, sizeof(float));
     const float grad_scale = 1.0f / (float)(accum * g_ranks.world);
@@ -1702,7 +1613,7 @@ static StepResult train_step(GPT* model, Optimizer* opt, Loader* train, int accu
     ranks_sum_floats(model->step_sums, 1);
     gradient_sum_squares(opt, model, model->step_sums + 1);
     const int step = opt->step;
-    const UpdateSchedule s = schedule();
+    const UpdateSchedule s = update_schedule(opt->config, train, it);
     optimizer_step(opt, model, s);
     stream_span_mark(&opt->timer, 1);
     sum_squares(model->step_sums + 2, model->params, model->num_params);
@@ -1713,36 +1624,6 @@ static StepResult train_step(GPT* model, Optimizer* opt, Loader* train, int accu
     return {sums[0], sqrt((double)sums[1]), s.lrm, stream_span_ms(&opt->timer)};
 }
 
-// A step of base training: its schedules at the optimizer's step
-static StepResult train_step(GPT* model, Optimizer* opt, DataLoader* train, int accum) {
-    return train_step(model, opt, train, accum, [&] { return base_schedule(opt->config, opt->step); });
-}
-
-// The steps of one SFT epoch. nanochat draws each batch one ahead and stops before the step after the one
-// whose draw took the last conversation: with L the batch that took it, after ceil((L - 1) / accum) steps.
-// Counted by packing a copy of the loader to the end (which also checks every conversation of the epoch);
-// with several ranks, the fewest of any rank (nanochat stops all ranks when the first is done).
-static int sft_epoch_steps(const SftLoader* train, int accum) {
-    SftLoader probe = *train;  // shares the file's mapping, which outlives it
-    while (!probe.last_batch) dataloader_next_batch(&probe);
-    const long steps = (probe.batches - 1 + accum - 1) / accum;
-    long fewest = steps;
-    for (const std::vector<int64_t>& r : ranks_gather({steps})) fewest = std::min<long>(fewest, r[0]);
-    if (fewest > INT_MAX) fail("one epoch of '%s' is %ld steps; set -n", train->file.path.c_str(), fewest);
-    return (int)fewest;
-}
-
-// The data read at an update, as nanochat's lr schedule sees it: after the step's batches and the next
-// one (drawn ahead), capped at 1 (nanochat's can pass 1 by a few conversations on the last step and make
-// its lr slightly negative); the largest over the ranks, so that every rank applies the same update.
-static double sft_progress(const SftLoader* train) {
-    SftLoader ahead = *train;
-    dataloader_next_batch(&ahead);
-    std::vector<double> progress(g_ranks.world, 0.0);
-    progress[g_ranks.rank] = std::min(1.0, ahead.progress);
-    ranks_sum_doubles(progress.data(), progress.size());
-    return *std::max_element(progress.begin(), progress.end());
-}
 
 // Several ranks must hold the same weights (they apply the same summed gradients with deterministic
 // kernels); a rank that drifted would silently train a different model. Compares a hash of every rank's
@@ -1762,337 +1643,10 @@ static void ranks_check_identical(GPT* model, int step) {
 }
 
 // ----------------------------------------------------------------------------------------------------
-// Generation (dev/docs/evaluation.md#generation): a KV cache per layer, the prompt's forward (prefill),
-// then one token per row at a time reading the earlier tokens from the cache (decode); sampling.
+// Generation (llmc/engine.h, nanochat's engine; dev/docs/evaluation.md#generation): a KV cache per layer,
+// the prompt's forward (prefill), then one token per row at a time reading the cache (decode); sampling
 
-// What the earlier tokens of each row leave for the next one: every layer's k (after rotary and QK-norm)
-// and v (after the value-embedding mix), and, for the smear, the previous token's normed embedding.
-// Windowed layers read only the last window + 1 positions of their cache. One backend allocation.
-struct KVCache {
-    int B = 0, S = 0;               // rows, and positions each row can hold (<= the model's seq_len)
-    std::vector<floatX*> k, v;      // per layer (B, S, Hkv, D)
-    floatX* smear_in = nullptr;     // (B, 2, C) smear only: [previous token's normed embedding, this token's]
-    floatX* smear_out = nullptr;    // (B, 2, C) smear_forward's output on those pairs
-    float* smear_logit = nullptr;   // (B, 2)
-    int* pos = nullptr;             // (B) backend memory: the position of each row's next token
-    std::vector<int> len;           // the same on the host: tokens in each row's cache
-    char* memory = nullptr;
-};
-
-static void kv_cache_carve(KVCache* kv, Carver* cv, const GPTConfig& c) {
-    const size_t rows = (size_t)kv->B * kv->S * c.n_kv_head * c.head_dim, pairs = (size_t)kv->B * 2;
-    kv->k.assign(c.n_layer, nullptr);
-    kv->v.assign(c.n_layer, nullptr);
-    for (int l = 0; l < c.n_layer; l++) {
-        kv->k[l] = cv->take<floatX>(rows);
-        kv->v[l] = cv->take<floatX>(rows);
-    }
-    kv->smear_in = cv->take<floatX>(pairs * c.n_embd);
-    kv->smear_out = cv->take<floatX>(pairs * c.n_embd);
-    kv->smear_logit = cv->take<float>(pairs);
-    kv->pos = cv->take<int>(kv->B);
-}
-
-// An empty cache of B rows of S positions (1 <= S <= seq_len: generation stays within the trained context)
-static void kv_cache_init(KVCache* kv, GPT* model, int B, int S) {
-    const GPTConfig& c = model->config;
-    if (B < 1 || S < 1 || S > c.seq_len) fail("KV cache of %d rows x %d positions: need >= 1 row and 1..%d positions (the model's seq_len)", B, S, c.seq_len);
-    *kv = KVCache();
-    kv->B = B;
-    kv->S = S;
-    kv->len.assign(B, 0);
-    Carver count{nullptr, 0};
-    kv_cache_carve(kv, &count, c);
-    kv->memory = (char*)backend_malloc(count.used, "KV cache");
-    Carver assign{kv->memory, 0};
-    kv_cache_carve(kv, &assign, c);
-    gpt_ensure_rope(model, S);
-}
-
-static void kv_cache_free(KVCache* kv) {
-    backend_free(kv->memory);
-    *kv = KVCache();
-}
-
-// Prefill: runs row `row`'s tokens (T of them, the row's whole sequence so far: a prompt, BOS first)
-// through the model as one sequence, and fills the row's cache with them. Leaves the logits of every
-// position in acts.logits (T, V).
-static void gpt_prefill(GPT* model, KVCache* kv, int row, const int* tokens, int T) {
-    const GPTConfig& c = model->config;
-    if (row < 0 || row >= kv->B || T < 1 || T > kv->S) fail("prefill of %d tokens into row %d of a %d x %d KV cache", T, row, kv->B, kv->S);
-    gpt_forward(model, tokens, nullptr, 1, T);
-    const size_t kvd = (size_t)c.n_kv_head * c.head_dim, row_start = (size_t)row * kv->S * kvd;
-    const size_t pitch = qkv_fused(c.n_head, c.n_kv_head, c.head_dim).kv * sizeof(floatX);  // of the rows of k and v in acts.qkv
-    for (int l = 0; l < c.n_layer; l++) {
-        backend_copy_rows(kv->k[l] + row_start, kvd * sizeof(floatX), model->acts.layer[l].k, pitch, kvd * sizeof(floatX), T);
-        backend_copy_rows(kv->v[l] + row_start, kvd * sizeof(floatX), model->acts.layer[l].v, pitch, kvd * sizeof(floatX), T);
-    }
-    if (c.smear) backend_copy(kv->smear_in + (size_t)row * 2 * c.n_embd, model->acts.emb_norm + (size_t)(T - 1) * c.n_embd, c.n_embd * sizeof(floatX));
-    kv->len[row] = T;
-}
-
-// Decode: the forward of one new token per row (tokens (B), row b's at position kv->len[b]), reading the
-// earlier tokens from the cache and appending this one's to it. The ops and weights of gpt_forward_pass on
-// the same values; only the smear, the rotary and attention take the earlier tokens from the cache. Leaves
-// the softcapped logits (B, V) in acts.logits. Every row must have room for one more token.
-static void gpt_decode_step(GPT* model, KVCache* kv, const int* tokens) {
-    const GPTConfig& c = model->config;
-    const int B = kv->B, S = kv->S, C = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim;
-    const size_t kvd = (size_t)Hkv * D, half = D / 2;
-    const QKVStrides at = qkv_fused(H, Hkv, D);
-    for (int b = 0; b < B; b++)
-        if (kv->len[b] < 1 || kv->len[b] >= S) fail("decode step on row %d holding %d of %d positions (prefill it first; it must not be full)", b, kv->len[b], S);
-    gpt_set_batch(model, tokens, nullptr, B, 1);
-    backend_upload(kv->pos, kv->len.data(), B * sizeof(int));
-    Acts& a = model->acts;
-    const Weights& w = model->w;
-    embedding_forward(a.emb_norm, a.idx, w.wte, B, C);
-    rmsnorm_forward(a.emb_norm, a.emb_rstd, a.emb_norm, B, C, 1.0f);
-    if (c.smear) {  // the smear of each row's pair (previous token, this token); the pair's second output is x0
-        for (int b = 0; b < B; b++) backend_copy(kv->smear_in + ((size_t)2 * b + 1) * C, a.emb_norm + (size_t)b * C, C * sizeof(floatX));
-        smear_forward(kv->smear_out, kv->smear_logit, kv->smear_in, w.smear_gate, w.smear_lambda, B, 2, C);
-        for (int b = 0; b < B; b++) {
-            backend_copy(a.x0 + (size_t)b * C, kv->smear_out + ((size_t)2 * b + 1) * C, C * sizeof(floatX));
-            backend_copy(kv->smear_in + (size_t)2 * b * C, a.emb_norm + (size_t)b * C, C * sizeof(floatX));  // the next step's previous token
-        }
-    }
-    const floatX* x = a.x0;
-    for (int l = 0; l < c.n_layer; l++) {
-        LayerActs& la = a.layer[l];
-        block_forward_qkv(model, l, x, B);
-        for (int b = 0; b < B; b++) {  // rotary at each row's own position: the tables from that position on
-            const size_t p = (size_t)kv->len[b];
-            rotary_rmsnorm_forward(la.q + b * at.q, at.q, la.q_rstd + (size_t)b * H, model->rope_cos + p * half, model->rope_sin + p * half, 1, 1,
-                                   H, D, QK_SCALE);
-            rotary_rmsnorm_forward(la.k + b * at.kv, at.kv, la.k_rstd + (size_t)b * Hkv, model->rope_cos + p * half, model->rope_sin + p * half, 1,
-                                   1, Hkv, D, QK_SCALE);
-            backend_copy(kv->k[l] + ((size_t)b * S + p) * kvd, la.k + b * at.kv, kvd * sizeof(floatX));
-            backend_copy(kv->v[l] + ((size_t)b * S + p) * kvd, la.v + b * at.kv, kvd * sizeof(floatX));
-        }
-        attention_decode_xsa_forward(la.z, la.y, la.q, kv->k[l], kv->v[l], la.v, at, kv->pos, B, S, H, Hkv, D, layer_window(c, l),
-                                     layer_alpha(model, l));
-        block_forward_output_mlp(model, l, B);
-        x = la.x_out;
-    }
-    gpt_forward_head(model, x, B, false);
-    for (int b = 0; b < B; b++) kv->len[b]++;
-}
-
-// Row `row` of the last forward's softcapped logits, as floats on the host (V of them)
-static void gpt_logits_row(const GPT* model, size_t row, float* out) {
-    const int V = model->config.vocab_size;
-    std::vector<floatX> logits(V);
-    backend_download(logits.data(), model->acts.logits + row * V, V * sizeof(floatX));
-    for (int v = 0; v < V; v++) out[v] = (float)logits[v];
-}
-
-struct SamplingOptions {
-    float temperature = 0.0f;  // 0: greedy (the first maximum on ties)
-    int top_k = 0;             // sample among the k most likely tokens; 0: all
-};
-
-// A token drawn from logits (V): greedy at temperature 0, else from softmax(logits / temperature)
-// restricted to the top_k largest (ties at the k-th value: the lower ids), with one uniform draw of rng.
-static int sample_token(const float* logits, int V, const SamplingOptions& opt, Rng* rng) {
-    if (opt.temperature <= 0.0f) return (int)(std::max_element(logits, logits + V) - logits);
-    std::vector<int> ids(V);
-    for (int v = 0; v < V; v++) ids[v] = v;
-    const int k = opt.top_k > 0 && opt.top_k < V ? opt.top_k : V;
-    auto higher = [&](int x, int y) { return logits[x] > logits[y] || (logits[x] == logits[y] && x < y); };
-    if (k < V) std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), higher);
-    double max_logit = -INFINITY, total = 0.0;
-    for (int i = 0; i < k; i++) max_logit = std::max(max_logit, (double)logits[ids[i]]);
-    std::vector<double> weight(k);
-    for (int i = 0; i < k; i++) total += weight[i] = exp(((double)logits[ids[i]] - max_logit) / opt.temperature);
-    double u = (double)rng_uniform(rng) * total;
-    for (int i = 0; i < k; i++) {
-        if (u < weight[i]) return ids[i];
-        u -= weight[i];
-    }
-    return ids[k - 1];  // u landed on the rounding error at the top
-}
-
-// Continues each prompt (BOS first, shorter than seq_len; all rows at once after their prefills) until it
-// produces a token of `stop`, or max_new tokens, or prompt + new tokens fill the context (seq_len).
-// Returns the new tokens of each row (a stop token not included); on_token(row, token), if given, sees
-// each as it is produced. Row b draws from its own RNG stream (seed + b), so a row's output does not
-// depend on the others.
-struct GenerateStats {
-    long prefill_tokens = 0, decode_steps = 0;  // prompt tokens run; decode steps (each runs one token per row)
-    double prefill_ms = 0.0, decode_ms = 0.0;   // wall time of each, including the logits' download
-};
-
-// nanochat's calculator tool (its Engine): a row that writes <|python_start|> EXPR <|python_end|> gets
-// <|output_start|> RESULT <|output_end|> forced in as its next tokens, RESULT = calculator_eval of the decoded
-// EXPR (chat/calculator.h) encoded; no result (an expression it refuses), nothing forced. Forced tokens are
-// new tokens like the sampled ones (they count against max_new).
-struct CalculatorTool {
-    const Tokenizer* tok = nullptr;  // null: no tool (the tokenizer has no chat tokens)
-    int python_start = -1, python_end = -1, output_start = -1, output_end = -1;
-};
-
-static CalculatorTool calculator_tool(const Tokenizer* tok) {
-    CalculatorTool t;
-    t.python_start = tokenizer_special_id(tok, "<|python_start|>");
-    t.python_end = tokenizer_special_id(tok, "<|python_end|>");
-    t.output_start = tokenizer_special_id(tok, "<|output_start|>");
-    t.output_end = tokenizer_special_id(tok, "<|output_end|>");
-    if (t.python_start >= 0 && t.python_end >= 0 && t.output_start >= 0 && t.output_end >= 0) t.tok = tok;
-    return t;
-}
-
-// One row's use of the tool: the tokens to force in (the next one last) and the expression being written
-struct ToolRow {
-    std::vector<int> forced, expr;
-    bool in_python = false;
-};
-
-// The tool sees the row's next token (sampled or forced)
-static void tool_step(const CalculatorTool& tool, ToolRow* row, int token) {
-    if (!tool.tok) return;
-    if (token == tool.python_start) {
-        row->in_python = true;
-        row->expr.clear();
-    } else if (token == tool.python_end && row->in_python) {
-        row->in_python = false;
-        std::string result;
-        if (!row->expr.empty() && calculator_eval(tokenizer_decode(tool.tok, row->expr.data(), row->expr.size()), &result)) {
-            std::vector<int> output = {tool.output_start};
-            const std::vector<int> ids = tokenizer_encode(tool.tok, result);
-            output.insert(output.end(), ids.begin(), ids.end());
-            output.push_back(tool.output_end);
-            row->forced.assign(output.rbegin(), output.rend());
-        }
-        row->expr.clear();
-    } else if (row->in_python) {
-        row->expr.push_back(token);
-    }
-}
-
-template <typename OnToken>
-static std::vector<std::vector<int>> generate(GPT* model, const std::vector<std::vector<int>>& prompts, int max_new,
-                                              const SamplingOptions& opt, uint64_t seed, const std::vector<int>& stop, OnToken on_token,
-                                              GenerateStats* stats = nullptr, const CalculatorTool* tool = nullptr) {
-    GenerateStats local;
-    GenerateStats& st = stats ? *stats : local;
-    const int B = (int)prompts.size(), V = model->config.vocab_size;
-    if (B == 0) return {};
-    size_t longest = 0;
-    for (const std::vector<int>& p : prompts) longest = std::max(longest, p.size());
-    const int S = (int)std::min<size_t>(longest + (size_t)std::max(max_new, 0), model->config.seq_len);
-    KVCache kv;
-    kv_cache_init(&kv, model, B, std::max(S, 1));
-    std::vector<std::vector<int>> out(B);
-    std::vector<int> next(B);
-    std::vector<char> done(B, 0);
-    std::vector<Rng> rng(B);
-    std::vector<float> logits(V);
-    std::vector<ToolRow> tool_rows(B);
-    auto take = [&](int b) {  // the logits of row b are in `logits`: draw its next token (or the tool's)
-        std::vector<int>& forced = tool_rows[b].forced;
-        if (!forced.empty()) {
-            next[b] = forced.back();
-            forced.pop_back();
-        } else {
-            next[b] = sample_token(logits.data(), V, opt, &rng[b]);
-        }
-        if (tool) tool_step(*tool, &tool_rows[b], next[b]);
-        if (std::find(stop.begin(), stop.end(), next[b]) != stop.end()) done[b] = 1;
-        else {
-            out[b].push_back(next[b]);
-            on_token(b, next[b]);
-        }
-        if ((int)out[b].size() >= max_new || kv.len[b] + 1 >= S) done[b] = 1;  // the sequence (len + the new token) fills S
-    };
-    for (int b = 0; b < B; b++) {
-        rng[b] = Rng{seed + (uint64_t)b};
-        if (prompts[b].empty() || (int)prompts[b].size() >= model->config.seq_len)
-            fail("prompt %zu has %zu tokens; it needs 1 to %d (the model's context of %d, less one for a new token)", (size_t)b, prompts[b].size(),
-                 model->config.seq_len - 1, model->config.seq_len);
-        if (max_new < 1) {
-            done[b] = 1;
-            continue;
-        }
-        const double t0 = wall_ms();
-        gpt_prefill(model, &kv, b, prompts[b].data(), (int)prompts[b].size());
-        gpt_logits_row(model, prompts[b].size() - 1, logits.data());  // (waits for the device)
-        st.prefill_ms += wall_ms() - t0;
-        st.prefill_tokens += (long)prompts[b].size();
-        take(b);
-    }
-    while (std::find(done.begin(), done.end(), 0) != done.end()) {
-        for (int b = 0; b < B; b++)
-            if (done[b] && kv.len[b] >= S) kv.len[b] = S - 1;  // a finished, full row keeps stepping (its output is ignored)
-        const double t0 = wall_ms();
-        gpt_decode_step(model, &kv, next.data());
-        for (int b = 0; b < B; b++) {
-            if (done[b]) continue;
-            gpt_logits_row(model, b, logits.data());
-            take(b);
-        }
-        st.decode_ms += wall_ms() - t0;
-        st.decode_steps++;
-    }
-    kv_cache_free(&kv);
-    return out;
-}
-
-// The command line sample and chat share: -e, --tokenizer, -n, -t, -k, -s (their defaults differ). This and
-// load_model_and_tokenizer serve sample.cpp and chat.cpp only ([[maybe_unused]] in train_gpt's own build).
-struct GenerationArgs {
-    std::string weights, tokenizer;  // -e, --tokenizer
-    int max_new = 128;               // -n
-    SamplingOptions sampling;        // -t, -k
-    uint64_t seed = 42;              // -s
-};
-
-// true if `flag` is one of the shared options (value parsed into a), false if the caller must handle it
-[[maybe_unused]] static bool parse_generation_flag(GenerationArgs* a, const std::string& flag, const char* value) {
-    if (flag == "-e") a->weights = value;
-    else if (flag == "--tokenizer") a->tokenizer = value;
-    else if (flag == "-n") a->max_new = parse_int32(flag.c_str(), value);
-    else if (flag == "-t") a->sampling.temperature = parse_float(flag.c_str(), value);
-    else if (flag == "-k") a->sampling.top_k = parse_int32(flag.c_str(), value);
-    else if (flag == "-s") {
-        const long v = parse_int(flag.c_str(), value);
-        if (v < 0) fail("-s must be >= 0, got %ld", v);
-        a->seed = (uint64_t)v;
-    } else return false;
-    return true;
-}
-
-[[maybe_unused]] static void validate_generation_args(const GenerationArgs& a, const char* program) {
-    if (a.weights.empty()) fail("%s needs -e CHECKPOINT (see --help)", program);
-    if (a.max_new < 1) fail("-n must be >= 1, got %d", a.max_new);
-    if (!(a.sampling.temperature >= 0.0f && a.sampling.temperature <= 100.0f)) fail("-t must be in [0, 100], got %g", a.sampling.temperature);
-    if (a.sampling.top_k < 0) fail("-k must be >= 0, got %d", a.sampling.top_k);
-}
-
-// For sample and chat: the model in a checkpoint or export (`path`), and its tokenizer: `tokenizer_path` if
-// given, else the one the model's file names. The tokenizer must be the one the model was trained with
-// (same fingerprint; files written before fingerprints were recorded: the same vocabulary size).
-[[maybe_unused]] static void load_model_and_tokenizer(GPT* model, Tokenizer* tok, const std::string& path, std::string tokenizer_path) {
-    SafetensorsFile file = safetensors_read(path);
-    const bool recorded = file.metadata.count("tokenizer_fingerprint") > 0;
-    if (tokenizer_path.empty()) {
-        if (!recorded) fail("'%s' does not name its tokenizer (it was written before models recorded one); pass --tokenizer FILE", path.c_str());
-        tokenizer_path = file.meta("tokenizer");
-        if (access(tokenizer_path.c_str(), R_OK) != 0)
-            fail("'%s' was trained with the tokenizer '%s', which is not readable from here (%s); pass --tokenizer FILE", path.c_str(),
-                 tokenizer_path.c_str(), strerror(errno));
-    }
-    tokenizer_load(tok, tokenizer_path);
-    gpt_build(model, config_from_metadata(file));
-    if (tok->vocab_size != model->config.vocab_size)
-        fail("the tokenizer '%s' has %d tokens, the model in '%s' %d: not the model's tokenizer", tokenizer_path.c_str(), tok->vocab_size, path.c_str(),
-             model->config.vocab_size);
-    if (recorded && tokenizer_fingerprint(tok) != file.meta("tokenizer_fingerprint"))
-        fail("the tokenizer '%s' is not the one the model in '%s' was trained with ('%s': its tokens differ)", tokenizer_path.c_str(), path.c_str(),
-             file.meta("tokenizer").c_str());
-    gpt_load_weights(model, file);
-    model->tokenizer_path = tokenizer_path;
-    model->tokenizer_fingerprint = tokenizer_fingerprint(tok);
-}
+#include "llmc/engine.h"
 
 // ----------------------------------------------------------------------------------------------------
 // Evaluation: bits per byte, the XSA diagnostics, greedy samples, CORE (dev/docs/evaluation.md)
@@ -2310,324 +1864,12 @@ static CoreResult core_evaluate(GPT* model, const std::vector<CoreTask>& tasks, 
     return result;
 }
 
-// ChatCORE (dev/docs/evaluation.md#chatcore) of a chat model on `tasks`, as nanochat's chat_eval scores it.
-// Categorical tasks: CORE_BATCH_ROWS prompts per forward, right-padded with BOS; the prediction is the choice
-// whose letter has the largest logit at the prompt's last position (the first on ties). Generative tasks:
-// a greedy answer (at most max_new tokens, nanochat's 512, and the model's context; CHAT_GENERATE_ROWS
-// prompts decoded together, which changes nothing: rows are independent), ending at <|assistant_end|> or
-// BOS, with the calculator tool; then the task's checker (chatcore.h) on its text. max_cat / max_sample: the
-// first N items of categorical / generative tasks (-1: all). With several ranks, rank r takes the batches
-// (categorical) or items (generative) r, r + ranks, ..; the verdicts are summed.
-static const int CHAT_GENERATE_ROWS = 8;
-
-static ChatResult chatcore_evaluate(GPT* model, const Tokenizer* tok, const std::vector<ChatTask>& tasks, int max_cat, int max_sample,
-                                    int max_new = 512) {
-    const int assistant_end = tokenizer_special_id(tok, "<|assistant_end|>");
-    if (assistant_end < 0) fail("the tokenizer '%s' has no <|assistant_end|>: ChatCORE needs nanochat's chat tokens", tok->path.c_str());
-    const CalculatorTool tool = calculator_tool(tok);
-    const int context = model->config.seq_len, V = model->config.vocab_size;
-    ChatResult result;
-    long all_items = 0, items_done = 0;
-    auto items_of = [&](const ChatTask& t) {
-        const int cap = t.kind == CHAT_CATEGORICAL ? max_cat : max_sample;
-        return cap > 0 ? std::min<int>(cap, (int)t.items.size()) : (int)t.items.size();
-    };
-    for (const ChatTask& t : tasks) all_items += items_of(t);
-    Progress progress = progress_start("ChatCORE", "items", all_items);
-    std::vector<float> logits(V);
-    for (const ChatTask& task : tasks) {
-        if (task.checker == CHECK_HUMANEVAL && python_path().empty())
-            fail("%s runs the model's code with python3, which is not on PATH here", task.label.c_str());
-        ChatTaskResult r;
-        r.label = task.label;
-        r.kind = task.kind;
-        r.baseline = task.baseline;
-        const int n = items_of(task);
-        std::vector<double> correct(n, 0.0), pred(n, 0.0);
-        r.answers.assign(n, "");
-        const int group = task.kind == CHAT_CATEGORICAL ? CORE_BATCH_ROWS : CHAT_GENERATE_ROWS;
-        const int rank_step = task.kind == CHAT_CATEGORICAL ? group * g_ranks.world : g_ranks.world;
-        for (int first = task.kind == CHAT_CATEGORICAL ? g_ranks.rank * group : g_ranks.rank; first < n;) {
-            std::vector<int> items;  // this round's: a batch (categorical) or up to `group` of this rank's items
-            if (task.kind == CHAT_CATEGORICAL) {
-                for (int i = first; i < std::min(n, first + group); i++) items.push_back(i);
-                first += rank_step;
-            } else {
-                for (; first < n && (int)items.size() < group; first += rank_step) items.push_back(first);
-            }
-            if (task.kind == CHAT_CATEGORICAL) {
-                int T = 0;
-                for (int i : items) T = std::max(T, (int)task.items[i].prompt.size());
-                std::vector<int> idx(items.size() * (size_t)T, task.bos_id);
-                for (size_t k = 0; k < items.size(); k++) std::copy(task.items[items[k]].prompt.begin(), task.items[items[k]].prompt.end(), idx.begin() + k * T);
-                gpt_forward(model, idx.data(), nullptr, (int)items.size(), T);
-                for (size_t k = 0; k < items.size(); k++) {
-                    const ChatItem& item = task.items[items[k]];
-                    gpt_logits_row(model, k * T + item.prompt.size() - 1, logits.data());
-                    int choice = 0;
-                    for (int c = 1; c < (int)item.choices.size(); c++)
-                        if (logits[item.choices[c]] > logits[item.choices[choice]]) choice = c;
-                    correct[items[k]] = choice == item.gold;
-                    pred[items[k]] = choice;
-                }
-            } else {
-                std::vector<std::vector<int>> prompts;
-                std::vector<int> fits;
-                for (int i : items)
-                    if ((int)task.items[i].prompt.size() < context) fits.push_back(i), prompts.push_back(task.items[i].prompt);
-                const std::vector<std::vector<int>> answers =
-                    generate(model, prompts, max_new, SamplingOptions(), 0, {assistant_end, tok->bos_id}, [](int, int) {}, nullptr, &tool);
-                for (size_t k = 0; k < fits.size(); k++) {
-                    r.answers[fits[k]] = tokenizer_decode(tok, answers[k].data(), answers[k].size());
-                    correct[fits[k]] = chat_check(task, task.items[fits[k]], r.answers[fits[k]]);
-                }
-                // a prompt that fills the context leaves no room to answer: wrong (never at nanochat's T = 2048)
-            }
-            progress_update(&progress, items_done + items.back() + 1);
-        }
-        ranks_sum_doubles(correct.data(), correct.size());
-        ranks_sum_doubles(pred.data(), pred.size());
-        for (int i = 0; i < n; i++) {
-            r.correct.push_back(correct[i] > 0.5);
-            r.pred.push_back(task.kind == CHAT_CATEGORICAL ? (int)pred[i] : -1);
-        }
-        items_done += n;
-        result.tasks.push_back(r);
-    }
-    chat_finish(&result);
-    return result;
-}
-
 // ----------------------------------------------------------------------------------------------------
-// Checkpoints: a safetensors file holding the parameters (nanochat names), the optimizer state, the
-// data-loader state and the loop state, so that --resume continues bit-identically
+// Checkpoints (llmc/checkpoint.h, nanochat's checkpoint_manager): the parameters, the optimizer state, the
+// data-loader state and the loop state in one safetensors file, so that --resume continues bit-identically
 
-static const char* CHECKPOINT_FORMAT = "xsa-checkpoint-1";
+#include "llmc/checkpoint.h"
 
-struct LoopState {
-    int step = 0;               // optimizer updates applied
-    double smooth_loss = 0.0;   // EMA (beta 0.9) of the training loss, not yet debiased
-    double train_ms = 0.0;      // time spent in training steps
-    bool evals_done = true;     // the evaluations of `step` ran before the checkpoint (not so when a signal stopped the run)
-};
-
-// What the training data was: each shard's file name, size and a hash of its header (FNV-1a), hashed
-// together. A checkpoint records it, so that resuming on other data is an error rather than a silent
-// change of the data order.
-// (SFT: the same of its conversation file.)
-static void fingerprint_file(Fnv1a* fnv, const std::string& path) {
-    const size_t slash = path.rfind('/');
-    const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
-    fnv->mix(name.data(), name.size() + 1);
-    FILE* f = fopen_or_fail(path.c_str(), "rb");
-    uint8_t header[SHARD_HEADER_INTS * sizeof(int32_t)];
-    const size_t got = fread(header, 1, sizeof header, f);
-    fseek(f, 0, SEEK_END);
-    const long size = ftell(f);
-    fclose(f);
-    fnv->mix(header, got);
-    fnv->mix(&size, sizeof size);
-}
-
-static std::string data_fingerprint(const DataLoader* dl) {
-    Fnv1a fnv;
-    for (const Shard& sh : dl->shards) fingerprint_file(&fnv, sh.path);
-    return fnv.hex();
-}
-
-static std::string data_fingerprint(const SftLoader* dl) {
-    Fnv1a fnv;
-    fingerprint_file(&fnv, dl->file.path);
-    return fnv.hex();
-}
-
-static std::map<std::string, std::string> optim_to_metadata(const OptimConfig& o) {
-    auto num = [](double x) {
-        char buf[40];
-        snprintf(buf, sizeof buf, "%.9g", x);
-        return std::string(buf);
-    };
-    std::map<std::string, std::string> m = {
-        {"optim.adamw_only", o.adamw_only ? "1" : "0"}, {"optim.muon_eq", o.muon_eq ? "1" : "0"}, {"optim.muon_plus", o.muon_plus ? "1" : "0"},
-        {"optim.muon_wd", num(o.muon_wd)}, {"optim.matrix_adamw_wd", num(o.matrix_adamw_wd)},
-        {"optim.num_iterations", std::to_string(o.num_iterations)}, {"optim.warmup_steps", std::to_string(o.warmup_steps)},
-        {"optim.warmdown_ratio", num(o.warmdown_ratio)}, {"optim.final_lr_frac", num(o.final_lr_frac)},
-        {"optim.momentum_warmup_steps", std::to_string(o.momentum_warmup_steps)}, {"optim.sft", o.sft ? "1" : "0"},
-        {"optim.warmup_ratio", num(o.warmup_ratio)}, {"optim.given_embedding_lr", num(o.given_embedding_lr)},
-        {"optim.given_unembedding_lr", num(o.given_unembedding_lr)}, {"optim.given_matrix_lr", num(o.given_matrix_lr)},
-        {"optim.given_xsa_lr", num(o.given_xsa_lr)}, {"optim.total_batch", std::to_string(o.total_batch)}};
-    for (int g = 0; g < NUM_GROUPS; g++) m[std::string("optim.lr.") + GROUP_NAMES[g]] = num(o.lr[g]);
-    return m;
-}
-
-// int64 values as pairs of int32 (low, high), since safetensors here carries only F32 and I32
-static std::vector<int32_t> split_int64(const std::vector<int64_t>& v) {
-    std::vector<int32_t> out;
-    for (int64_t x : v) {
-        out.push_back((int32_t)(uint32_t)((uint64_t)x & 0xFFFFFFFFu));
-        out.push_back((int32_t)(uint32_t)((uint64_t)x >> 32));
-    }
-    return out;
-}
-
-static std::vector<int64_t> join_int64(const int32_t* v, size_t pairs) {
-    std::vector<int64_t> out(pairs);
-    for (size_t i = 0; i < pairs; i++) out[i] = (int64_t)((uint64_t)(uint32_t)v[2 * i] | ((uint64_t)(uint32_t)v[2 * i + 1] << 32));
-    return out;
-}
-
-// The checkpoint tensor holding rank `rank`'s data-loader state.
-static std::string loader_state_name(int rank) { return rank == 0 ? "dataloader.state" : "dataloader.state.rank" + std::to_string(rank); }
-
-// Every rank calls it (each contributes its data-loader state); rank 0 writes the file. Loader: DataLoader
-// (base training) or SftLoader.
-template <typename Loader>
-static void save_checkpoint(const std::string& path, GPT* model, const Optimizer* opt, const Loader* train, const LoopState& loop) {
-    const std::vector<std::vector<int64_t>> loader_states = ranks_gather(dataloader_state(train));
-    const std::vector<float> state = optimizer_full_state(opt, model);  // the whole state, gathered from the ranks' shares
-    if (g_ranks.rank != 0) return;
-    std::map<std::string, std::string> meta = model_metadata(model);
-    for (const auto& kv : optim_to_metadata(opt->config)) meta[kv.first] = kv.second;
-    char buf[64];
-    meta["format"] = CHECKPOINT_FORMAT;
-    meta["step"] = std::to_string(loop.step);
-    meta["optimizer_step"] = std::to_string(opt->step);
-    meta["batch"] = std::to_string(train->B);  // the rows per micro-batch and the ranks decide the data order
-    meta["ranks"] = std::to_string(g_ranks.world);
-    snprintf(buf, sizeof buf, "%.17g", loop.smooth_loss);
-    meta["smooth_loss"] = buf;
-    snprintf(buf, sizeof buf, "%.17g", loop.train_ms);
-    meta["train_ms"] = buf;
-    meta["evals_done"] = loop.evals_done ? "1" : "0";
-    meta["data"] = data_fingerprint(train);
-    const std::string matmul_choices = backend_matmul_choices();  // CUDA: so that a resumed run computes as this one
-    if (!matmul_choices.empty()) meta["matmul_choices"] = matmul_choices;
-    std::vector<SafeTensorOut> tensors;
-    gpt_params_to_host(model);
-    check_weights_finite(model, ("at step " + std::to_string(loop.step)).c_str());
-    for (const ParamTensor& t : model->table) tensors.push_back({t.name, "F32", t.shape, model->params_host + t.offset});
-    if (first_non_finite(state.data(), state.size()) < state.size())
-        fail("the optimizer state holds a non-finite value at step %d; no checkpoint written", loop.step);
-    tensors.push_back({"optimizer.state", "F32", {(int64_t)state.size()}, state.data()});
-    std::vector<std::vector<int32_t>> loaders;
-    for (const std::vector<int64_t>& state : loader_states) loaders.push_back(split_int64(state));
-    for (size_t r = 0; r < loaders.size(); r++)
-        tensors.push_back({loader_state_name((int)r), "I32", {(int64_t)loaders[r].size()}, loaders[r].data()});
-    safetensors_write(path, meta, tensors);
-}
-
-// Rank `rank`'s data-loader state in a checkpoint.
-static std::vector<int64_t> checkpoint_loader_state(const SafetensorsFile& f, int rank, const std::string& path) {
-    const std::string name = loader_state_name(rank);
-    const SafeTensor* ls = f.find(name);
-    if (!ls || ls->numel() % 2 != 0) fail("'%s' has no valid %s", path.c_str(), name.c_str());
-    return join_int64(f.get_i32(name, ls->numel()), ls->numel() / 2);
-}
-
-// A checkpoint of `ranks` ranks resumed on another number: this rank's share of their data-loader states
-// (dataloader_restore_resharded). SFT runs resume only on their number of ranks.
-static void loader_restore_resharded(DataLoader* train, const SafetensorsFile& f, int ranks, const std::string& path) {
-    std::vector<std::vector<int64_t>> states;
-    for (int r = 0; r < ranks; r++) states.push_back(checkpoint_loader_state(f, r, path));
-    dataloader_restore_resharded(train, states, path.c_str());
-    printf("data: %s was written by %d rank%s, this run has %d: the ranks go on from the furthest position in the shards and share "
-           "the documents the old ranks had buffered (dev/docs/data.md#ranks-and-epochs)\n", path.c_str(), ranks, ranks == 1 ? "" : "s", g_ranks.world);
-}
-
-static void loader_restore_resharded(SftLoader*, const SafetensorsFile&, int ranks, const std::string& path) {
-    fail("'%s' was written by %d ranks, this run has %d; an SFT run resumes only on its number of ranks: --ranks %d", path.c_str(), ranks,
-         g_ranks.world, ranks);
-}
-
-// Restores a checkpoint into a model and optimizer built from the same configuration (checked).
-// allow_other_data: resuming on training data other than the checkpoint's is intended (--allow-other-data 1).
-template <typename Loader>
-static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt, Loader* train, LoopState* loop, bool allow_other_data) {
-    SafetensorsFile f = safetensors_read(path);
-    if (f.metadata.count("format") == 0 || f.meta("format") != CHECKPOINT_FORMAT)
-        fail("'%s' is not an xsa-train checkpoint (format '%s', expected '%s')", path.c_str(),
-             f.metadata.count("format") ? f.meta("format").c_str() : "none", CHECKPOINT_FORMAT);
-    // settings newer than the checkpoint format: a checkpoint from before them lacks them, and implies a value
-    // (nullptr: none to compare; the learnable alpha's lr matters only to a learnable alpha, which such a
-    // checkpoint cannot hold: xsa_learnable says so)
-    static const std::map<std::string, const char*> added_later = {
-        {"xsa_learnable", "0"}, {"optim.lr.xsa_alpha", nullptr}, {"optim.sft", "0"}, {"optim.warmup_ratio", nullptr},
-        {"optim.given_embedding_lr", nullptr}, {"optim.given_unembedding_lr", nullptr}, {"optim.given_matrix_lr", nullptr},
-        {"optim.given_xsa_lr", nullptr}, {"optim.total_batch", nullptr}};
-    std::map<std::string, std::string> want = config_to_metadata(model->config);
-    for (const auto& kv : optim_to_metadata(opt->config)) want[kv.first] = kv.second;
-    for (const auto& kv : want) {
-        const auto implied = added_later.find(kv.first);
-        if (f.metadata.count(kv.first) == 0 && implied != added_later.end() && implied->second == nullptr) continue;
-        const std::string have = f.metadata.count(kv.first) ? f.meta(kv.first) : implied != added_later.end() ? implied->second : "(missing)";
-        if (have != kv.second)
-            fail("'%s' was written with %s = %s, but this run has %s = %s; resume with the same model and optimizer flags", path.c_str(),
-                 kv.first.c_str(), have.c_str(), kv.first.c_str(), kv.second.c_str());
-    }
-    const int ranks = (int)metadata_int(f, "ranks", 1, MAX_RANKS);
-    if (metadata_int(f, "batch", 1, INT_MAX) != train->B)
-        fail("'%s' was written with %s rows per micro-batch, this run has %d; resume with -b %s (the rows decide the data order)",
-             path.c_str(), f.meta("batch").c_str(), train->B, f.meta("batch").c_str());
-    const std::string data = data_fingerprint(train);
-    if (f.meta("data") != data && !allow_other_data)
-        fail("'%s' was trained on other data (fingerprint %s; these shards give %s): resume on the same shards, or add "
-             "--allow-other-data 1 if the change is intended", path.c_str(), f.meta("data").c_str(), data.c_str());
-    gpt_load_weights(model, f);
-    optimizer_load_state(opt, model, f, path);
-    loop->step = (int)metadata_int(f, "step", 0, INT_MAX);
-    opt->step = (int)metadata_int(f, "optimizer_step", loop->step, INT_MAX);  // one update per step, after SFT's base run's
-    if (ranks == g_ranks.world) dataloader_restore(train, checkpoint_loader_state(f, g_ranks.rank, path), path.c_str());
-    else loader_restore_resharded(train, f, ranks, path);
-    loop->smooth_loss = metadata_double(f, "smooth_loss");
-    loop->train_ms = metadata_double(f, "train_ms");
-    loop->evals_done = metadata_int(f, "evals_done", 0, 1) == 1;
-    if (f.metadata.count("matmul_choices")) backend_matmul_restore_choices(f.meta("matmul_choices"), path.c_str());
-}
-
-// The checkpoint with the highest step in dir ("" if none): only names exactly ckpt_<digits>.safetensors
-// count (not ckpt_best.safetensors, nor a .tmp left by a crash), compared by their number (999999 < 1000000).
-static std::string latest_checkpoint(const std::string& dir) {
-    std::string best;
-    long best_step = -1;
-    for (const std::string& name : matching_files(dir + "/ckpt_*.safetensors")) {
-        const size_t start = name.rfind("/ckpt_") + 6, end = name.size() - strlen(".safetensors");
-        const std::string digits = name.substr(start, end - start);
-        if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
-        const long step = atol(digits.c_str());
-        if (step > best_step) {
-            best_step = step;
-            best = name;
-        }
-    }
-    return best;
-}
-
-static std::string checkpoint_path(const std::string& dir, int step) {
-    char name[64];
-    snprintf(name, sizeof name, "/ckpt_%06d.safetensors", step);
-    return dir + name;
-}
-
-// On resume, metrics.jsonl keeps what the run had logged up to the checkpoint: train lines of earlier
-// steps, eval and core lines up to the checkpoint's step; lines the interrupted run wrote later are dropped.
-static void truncate_metrics(const std::string& path, int resume_step) {
-    std::ifstream f(path);
-    if (!f) return;
-    std::string kept, line;
-    while (std::getline(f, line)) {
-        if (f.eof()) break;  // no newline: a line torn by a kill, written after the checkpoint
-        size_t s = line.find("\"step\": ");
-        if (s == std::string::npos) continue;
-        int step = atoi(line.c_str() + s + 8);
-        bool train = line.find("\"kind\": \"train\"") != std::string::npos;  // eval and core lines at the checkpoint's step stay
-        if (step < resume_step || (!train && step == resume_step)) kept += line + "\n";
-    }
-    AtomicFile out = atomic_open(path);  // a failure leaves the log as it was
-    atomic_write(&out, kept.data(), kept.size());
-    atomic_commit(&out);
-}
-
-#ifndef TRAIN_GPT_NO_MAIN
 // ----------------------------------------------------------------------------------------------------
 // Command line
 
@@ -2660,14 +1902,14 @@ static const char* const USAGE =
         "  --matrix-lr F          Muon lr (0.02)\n"
         "  --embedding-lr F       AdamW lr of wte (0.3; value embeddings get half)\n"
         "  --unembedding-lr F     AdamW lr of lm_head (0.008)\n"
-        "  --scalar-lr F          AdamW lr of x0_lambdas (0.5; resid_lambdas get 1%%)\n"
+        "  --scalar-lr F          AdamW lr of x0_lambdas (0.5; resid_lambdas get 1%)\n"
         "  --smear-lr F           AdamW lr of smear gate/lambda and backout lambda (0.2, not batch-scaled)\n"
         "  --weight-decay F       Muon cautious weight decay at d12 (0.28; cosine schedule, transferred by data size)\n"
         "  --adamw-matrix-lr F    with --optimizer adamw: matrix lr (0.003, batch-scaled; betas 0.9/0.95)\n"
         "  --adamw-matrix-wd F    with --optimizer adamw: matrix weight decay (0.1)\n"
         "Batch and schedule\n"
         "  -b, --batch N          rows per micro-batch (default: CUDA the largest of 32, 16, .., 1 rows that\n"
-        "                         divides the total batch and fits in 85%% of the GPU's memory; CPU 4)\n"
+        "                         divides the total batch and fits in 85% of the GPU's memory; CPU 4)\n"
         "  -B, --total-batch N    tokens per optimizer step, a multiple of batch x seq-len x ranks (default:\n"
         "                         nanochat's rule, 2^19 at d12, scaled with model size)\n"
         "  -n, --steps N          optimizer steps (default: param-data-ratio x scaling params / total batch;\n"
@@ -2691,22 +1933,10 @@ static const char* const USAGE =
         "  --core-max-per-task N  items per CORE task during training (500; -1 = all)\n"
         "  --core-tasks DIR       task files from dev/data/core.py, tokenized with this run's tokenizer\n"
         "                         (default dev/data/core_tasks, the small bundle for the embedded corpus)\n"
-        "  --progress-every S     while an evaluation or CORE runs, a progress line every S seconds (30)\n"
-        "SFT (nanochat's chat_sft: dev/docs/optim.md#sft)\n"
-        "  --sft DIR              fine-tune the model of --init-from (a base checkpoint, whose optimizer state\n"
-        "                         warm-starts it, or exported weights) on the conversations DIR/sft_train.bin\n"
-        "                         for one epoch (or -n steps), val bpb on DIR/sft_val.bin (dev/data/sft.py\n"
-        "                         writes them). The model, XSA settings, lrs and -B come from the base run;\n"
-        "                         -b, -B, -n, --matrix-lr, --embedding-lr, --unembedding-lr may be set\n"
-        "  --init-lr-frac F       with --sft: every lr x F (0.8)\n"
-        "  --warmup-ratio F       with --sft: lr warmup over this fraction of the data (0); --warmdown-ratio\n"
-        "                         and --final-lr-frac default to 0.5 and 0 with --sft\n"
-        "  --load-optimizer 0|1   with --sft: warm-start the optimizer from the base checkpoint (default 1)\n"
-        "  --chatcore-every N     with --sft: ChatCORE every N steps and at the end (200; -1 = never)\n"
-        "  --chatcore-tasks DIR   task files from dev/data/chat_eval.py (default dev/data/chat_tasks for the embedded\n"
-        "                         tokenizer, else chat_tasks/ beside the model's tokenizer file)\n"
-        "  --chatcore-max-cat N   items per categorical task (ARC, MMLU) during SFT (-1 = all)\n"
-        "  --chatcore-max-sample N  items per generative task (GSM8K, HumanEval) during SFT (24)\n"
+        "  --progress-every S     while an evaluation or CORE runs, a progress line every S seconds (30)\n";
+
+// The options train_gpt and chat/chat_sft.cu share (parse_run_flag): output, ranks, debugging
+static const char* const RUN_USAGE =
         "Output\n"
         "  -o, --output DIR       write DIR/metrics.jsonl and checkpoints DIR/ckpt_STEP.safetensors\n"
         "  --save-every N         checkpoint every N steps (default -1: only at the end); needs -o\n"
@@ -2718,7 +1948,7 @@ static const char* const USAGE =
         "  --ranks N              data parallel over N ranks: N GPUs (CUDA, with NCCL) or N processes (CPU);\n"
         "                         each rank trains on its share of every step's batch (default 1); across\n"
         "                         nodes, start one process per rank with mpirun, srun or a torchrun-style\n"
-        "                         launcher instead (README.md, \"Several GPUs and several nodes\")\n"
+        "                         launcher instead (dev/docs/multinode.md)\n"
         "  --rendezvous FILE      ranks started by a launcher without MPI (RANK, WORLD_SIZE, LOCAL_RANK set)\n"
         "                         meet in FILE, a path every rank can reach (CPU: on this machine)\n"
         "  --shard-optimizer 0|1  with several ranks, split the optimizer's work and state over them as nanochat\n"
@@ -2733,12 +1963,12 @@ static const char* const USAGE =
         "                         heuristic's first (0: two fresh runs then match bit for bit)\n"
         "  -h, --help             this text\n";
 
-// The documented option nearest to an unknown one, from USAGE, so the list of options has one source; ""
-// if none is near: an edit distance (letter case free) of at most a third of the option's length, and 3.
-static std::string nearest_option(const std::string& unknown) {
+// The documented option nearest to an unknown one, from the program's usage text, so the list of options
+// has one source; "" if none is near: an edit distance (letter case free) of at most a third of the
+// option's length, and 3.
+static std::string nearest_option(const std::string& usage, const std::string& unknown) {
     std::string best;
     size_t best_distance = SIZE_MAX;
-    const std::string usage = USAGE;
     for (size_t i = usage.find("\n  -"); i != std::string::npos; i = usage.find("\n  -", i + 1)) {
         size_t p = i + 3;
         while (p < usage.size() && usage[p] == '-') {  // "-d, --depth N": every option name on the line
@@ -2789,10 +2019,6 @@ struct Args {
     int core_max_per_task = 500;
     std::string core_dir = "dev/data/core_tasks";
     float progress_every = 30.0f;  // seconds
-    std::string sft_dir;  // --sft: fine-tune the --init-from model on DIR/sft_train.bin
-    SftArgs sft;
-    int chatcore_every = 200, chatcore_max_cat = -1, chatcore_max_sample = 24;  // chat_sft's defaults
-    std::string chatcore_dir;  // "": the default for the model's tokenizer (run_setup_sft_plan)
 };
 
 // Without -i, -j and --tokenizer: the ClimbMix shards dev/data/climbmix.py wrote into its default directory
@@ -2822,19 +2048,16 @@ static void default_data(Args* args, bool core_given) {
 // The ranks that share the optimizer's work: all of them, unless --shard-optimizer 0.
 static int optimizer_shards(const Args& a) { return a.shard_optimizer ? g_ranks.world : 1; }
 
-static Args parse_args(int argc, char** argv) {
-    Args args;
-    int depth = 12, dim = -1, heads = -1, kv_heads = -1, head_dim = -1, seq_len = 2048, short_window = -1;
-    std::string pattern = "SSSL", xsa_layers = "all";
-    bool value_embeds = true, smear = true;
-    float alpha = 0.0f;
-    bool learnable = false;
-    bool data_given = false, core_given = false, xsa_layers_given = false;
-    std::vector<std::string> given;  // the options on the command line
+// The command line of train_gpt and chat_sft: every option takes a value (-d 12, --depth 12 or --depth=12);
+// -h / --help prints `usage` and exits 0; handle(flag, value) returns false for an unknown option, which is
+// refused with the documented option nearest to it. Returns the options given, in order.
+template <typename Handler>
+static std::vector<std::string> parse_command_line(int argc, char** argv, const std::string& usage, Handler handle) {
+    std::vector<std::string> given;
     for (int i = 1; i < argc; i++) {
         std::string flag = argv[i];
         if (flag == "-h" || flag == "--help") {
-            printf("%s", USAGE);
+            fputs(usage.c_str(), stdout);
             exit(0);
         }
         std::string inline_value;  // --name=value is the same as --name value
@@ -2845,14 +2068,71 @@ static Args parse_args(int argc, char** argv) {
             flag = flag.substr(0, eq);
         } else if (i + 1 >= argc) fail("option %s needs a value (see --help)", flag.c_str());
         const char* value = has_inline ? inline_value.c_str() : argv[++i];
-        const char* f = flag.c_str();
         given.push_back(flag);
-        if (*value == '\0') fail("option %s needs a value, got an empty one", f);
-        OptimArgs& o = args.optim;
-        auto at_least = [&](long v, long lo) {  // a value given must be valid: -1 never silently means "the default"
-            if (v < lo) fail("%s must be >= %ld, got %ld", f, lo, v);
-            return v;
-        };
+        if (*value == '\0') fail("option %s needs a value, got an empty one", flag.c_str());
+        if (handle(flag, value)) continue;
+        if (const std::string near = nearest_option(usage, flag); !near.empty())
+            fail("unknown option '%s'; did you mean %s? (see --help)", flag.c_str(), near.c_str());
+        fail("unknown option '%s' (see --help)", flag.c_str());
+    }
+    return given;
+}
+
+// A value given must be valid: -1 never silently means "the default".
+static long at_least(const char* flag, long v, long lo) {
+    if (v < lo) fail("%s must be >= %ld, got %ld", flag, lo, v);
+    return v;
+}
+
+// The options both programs take (RUN_USAGE, and the batch, steps, evaluation and tokenizer options each
+// documents in its own words); false for any other.
+static bool parse_run_flag(Args* args, const std::string& flag, const char* value) {
+    const char* f = flag.c_str();
+    if (flag == "-b" || flag == "--batch") args->batch = (int)at_least(f, parse_int32(f, value), 1);
+    else if (flag == "-B" || flag == "--total-batch") args->optim.total_batch = at_least(f, parse_int(f, value), 1);
+    else if (flag == "-n" || flag == "--steps") args->steps = (int)at_least(f, parse_int32(f, value), 0);
+    else if (flag == "--tokenizer") args->tokenizer_path = value;
+    else if (flag == "--eval-every") args->eval_every = parse_int32(f, value);
+    else if (flag == "--eval-tokens") args->eval_tokens = parse_int(f, value);
+    else if (flag == "--progress-every") args->progress_every = parse_float(f, value);
+    else if (flag == "-o" || flag == "--output") args->output_dir = value;
+    else if (flag == "--save-every") args->save_every = parse_int32(f, value);
+    else if (flag == "--resume") args->resume_dir = value;
+    else if (flag == "--allow-other-data") args->allow_other_data = parse_bool(f, value);
+    else if (flag == "--init-from") args->init_from = value;
+    else if (flag == "--export-safetensors") args->export_path = value;
+    else if (flag == "--ranks") args->ranks = parse_int32(f, value);
+    else if (flag == "--rendezvous") args->rendezvous = value;
+    else if (flag == "--shard-optimizer") args->shard_optimizer = parse_bool(f, value);
+    else if (flag == "--overlap-reduce") args->overlap_reduce = parse_bool(f, value);
+    else if (flag == "--xsa-fused") args->xsa_fused = parse_bool(f, value);
+    else if (flag == "--cuda-graphs") args->cuda_graphs = parse_bool(f, value);
+    else if (flag == "--matmul-tune") args->matmul_tune = parse_bool(f, value);
+    else return false;
+    return true;
+}
+
+// The checks of parse_run_flag's values.
+static void check_run_args(const Args& args) {
+    if (args.ranks < 1 || args.ranks > MAX_RANKS) fail("--ranks must be in [1, %d], got %d", MAX_RANKS, args.ranks);
+    if (args.eval_every < 1) fail("--eval-every must be >= 1, got %d", args.eval_every);
+    if (args.eval_tokens < 1) fail("--eval-tokens must be >= 1, got %ld", args.eval_tokens);
+    if (!(args.progress_every > 0.0f)) fail("--progress-every must be > 0 seconds, got %g", args.progress_every);
+    if (args.save_every < 1 && args.save_every != -1) fail("--save-every must be >= 1 or -1, got %d", args.save_every);
+    if (args.save_every > 0 && args.output_dir.empty() && args.resume_dir.empty()) fail("--save-every needs -o DIR for the checkpoints");
+}
+
+static Args parse_args(int argc, char** argv) {
+    Args args;
+    int depth = 12, dim = -1, heads = -1, kv_heads = -1, head_dim = -1, seq_len = 2048, short_window = -1;
+    std::string pattern = "SSSL", xsa_layers = "all";
+    bool value_embeds = true, smear = true;
+    float alpha = 0.0f;
+    bool learnable = false;
+    bool data_given = false, core_given = false, xsa_layers_given = false;
+    OptimArgs& o = args.optim;
+    parse_command_line(argc, argv, std::string(USAGE) + RUN_USAGE, [&](const std::string& flag, const char* value) {
+        const char* f = flag.c_str();
         if (flag == "-d" || flag == "--depth") depth = parse_int32(f, value);
         else if (flag == "--dim") dim = parse_int32(f, value);
         else if (flag == "--heads") heads = parse_int32(f, value);
@@ -2860,7 +2140,7 @@ static Args parse_args(int argc, char** argv) {
         else if (flag == "--head-dim") head_dim = parse_int32(f, value);
         else if (flag == "-t" || flag == "--seq-len") seq_len = parse_int32(f, value);
         else if (flag == "--window-pattern") pattern = value;
-        else if (flag == "--short-window") short_window = (int)at_least(parse_int32(f, value), 0);
+        else if (flag == "--short-window") short_window = (int)at_least(f, parse_int32(f, value), 0);
         else if (flag == "--value-embeds") value_embeds = parse_bool(f, value);
         else if (flag == "--smear") smear = parse_bool(f, value);
         else if (flag == "-x" || flag == "--xsa") {
@@ -2871,13 +2151,6 @@ static Args parse_args(int argc, char** argv) {
                 fail("-x (XSA alpha) must be a number in [0, 1] or learn, got '%s'", value);
         }
         else if (flag == "--xsa-layers") xsa_layers = value, xsa_layers_given = true;
-        else if (flag == "--xsa-fused") args.xsa_fused = parse_bool(f, value);
-        else if (flag == "--cuda-graphs") args.cuda_graphs = parse_bool(f, value);
-        else if (flag == "--matmul-tune") args.matmul_tune = parse_bool(f, value);
-        else if (flag == "--ranks") args.ranks = parse_int32(f, value);
-        else if (flag == "--rendezvous") args.rendezvous = value;
-        else if (flag == "--shard-optimizer") args.shard_optimizer = parse_bool(f, value);
-        else if (flag == "--overlap-reduce") args.overlap_reduce = parse_bool(f, value);
         else if (flag == "--optimizer") o.optimizer = value;
         else if (flag == "--muon-eq") o.muon_eq = parse_bool(f, value);
         else if (flag == "--muon-plus") o.muon_plus = parse_bool(f, value);
@@ -2897,48 +2170,22 @@ static Args parse_args(int argc, char** argv) {
         else if (flag == "--param-data-ratio") o.param_data_ratio = parse_float(f, value);
         else if (flag == "-i" || flag == "--train") args.train_pattern = value, data_given = true;
         else if (flag == "-j" || flag == "--val") args.val_pattern = value, data_given = true;
-        else if (flag == "--tokenizer") args.tokenizer_path = value, data_given = true;
-        else if (flag == "-b" || flag == "--batch") args.batch = (int)at_least(parse_int32(f, value), 1);
-        else if (flag == "-B" || flag == "--total-batch") o.total_batch = at_least(parse_int(f, value), 1);
-        else if (flag == "-n" || flag == "--steps") args.steps = (int)at_least(parse_int32(f, value), 0);
-        else if (flag == "--seed") args.seed = (uint64_t)at_least(parse_int(f, value), 0);
-        else if (flag == "--eval-every") args.eval_every = parse_int32(f, value);
-        else if (flag == "--eval-tokens") args.eval_tokens = parse_int(f, value);
+        else if (flag == "--seed") args.seed = (uint64_t)at_least(f, parse_int(f, value), 0);
         else if (flag == "--sample-every") args.sample_every = parse_int32(f, value);
-        else if (flag == "--save-every") args.save_every = parse_int32(f, value);
         else if (flag == "--core-every") args.core_every = parse_int32(f, value);
         else if (flag == "--core-max-per-task") args.core_max_per_task = parse_int32(f, value);
         else if (flag == "--core-tasks") args.core_dir = value, core_given = true;
-        else if (flag == "--progress-every") args.progress_every = parse_float(f, value);
-        else if (flag == "-o" || flag == "--output") args.output_dir = value;
-        else if (flag == "--resume") args.resume_dir = value;
-        else if (flag == "--allow-other-data") args.allow_other_data = parse_bool(f, value);
-        else if (flag == "--init-from") args.init_from = value;
-        else if (flag == "--export-safetensors") args.export_path = value;
-        else if (flag == "--sft") args.sft_dir = value;
-        else if (flag == "--init-lr-frac") args.sft.init_lr_frac = parse_float(f, value);
-        else if (flag == "--warmup-ratio") args.sft.warmup_ratio = parse_float(f, value);
-        else if (flag == "--load-optimizer") args.sft.load_optimizer = parse_bool(f, value);
-        else if (flag == "--chatcore-every") args.chatcore_every = parse_int32(f, value);
-        else if (flag == "--chatcore-tasks") args.chatcore_dir = value;
-        else if (flag == "--chatcore-max-cat") args.chatcore_max_cat = parse_int32(f, value);
-        else if (flag == "--chatcore-max-sample") args.chatcore_max_sample = parse_int32(f, value);
-        else if (const std::string near = nearest_option(flag); !near.empty()) fail("unknown option '%s'; did you mean %s? (see --help)", f, near.c_str());
-        else fail("unknown option '%s' (see --help)", f);
-    }
+        else if (parse_run_flag(&args, flag, value)) data_given |= flag == "--tokenizer";
+        else return false;
+        return true;
+    });
+    check_run_args(args);
     if (depth < 1 || depth > 1024) fail("--depth must be in [1, 1024], got %d", depth);
-    if (args.ranks < 1 || args.ranks > MAX_RANKS) fail("--ranks must be in [1, %d], got %d", MAX_RANKS, args.ranks);
-    if (args.eval_every < 1) fail("--eval-every must be >= 1, got %d", args.eval_every);
-    if (args.eval_tokens < 1) fail("--eval-tokens must be >= 1, got %ld", args.eval_tokens);
-    if (!(args.progress_every > 0.0f)) fail("--progress-every must be > 0 seconds, got %g", args.progress_every);
     if (args.sample_every < 1 && args.sample_every != -1) fail("--sample-every must be >= 1 or -1, got %d", args.sample_every);
-    if (args.save_every < 1 && args.save_every != -1) fail("--save-every must be >= 1 or -1, got %d", args.save_every);
     if (args.core_every < 1 && args.core_every != -1) fail("--core-every must be >= 1 or -1, got %d", args.core_every);
     if (args.core_max_per_task < 1 && args.core_max_per_task != -1) fail("--core-max-per-task must be >= 1 or -1, got %d", args.core_max_per_task);
-    if (args.save_every > 0 && args.output_dir.empty() && args.resume_dir.empty()) fail("--save-every needs -o DIR for the checkpoints");
     for (int v : {dim, heads, kv_heads, head_dim})
         if (v != -1 && v < 1) fail("--dim, --heads, --kv-heads and --head-dim must be positive");
-    OptimArgs& o = args.optim;
     if (o.optimizer != "muon" && o.optimizer != "adamw") fail("--optimizer must be muon or adamw, got '%s'", o.optimizer.c_str());
     for (float lr : {o.matrix_lr, o.embedding_lr, o.unembedding_lr, o.scalar_lr, o.smear_lr, o.xsa_lr, o.adamw_matrix_lr, o.weight_decay, o.adamw_matrix_wd})
         if (lr < 0.0f) fail("learning rates and weight decays must be >= 0");
@@ -2976,45 +2223,7 @@ static Args parse_args(int argc, char** argv) {
     if (alpha == 0.0f && !learnable && xsa_layers_given)
         printf("warning: --xsa-layers %s without -x: alpha is 0, so no layer uses XSA (-x 1 for full XSA on them)\n", xsa_layers.c_str());
     validate_config(c);  // the vocabulary comes from the tokenizer later; the rest is checked now
-    auto was_given = [&](std::initializer_list<const char*> names) {
-        for (const char* n : names)
-            if (std::find(given.begin(), given.end(), n) != given.end()) return true;
-        return false;
-    };
-    if (args.sft_dir.empty()) {
-        for (const char* only_sft : {"--init-lr-frac", "--warmup-ratio", "--load-optimizer", "--chatcore-every", "--chatcore-tasks",
-                                     "--chatcore-max-cat", "--chatcore-max-sample"})
-            if (was_given({only_sft})) fail("%s is an SFT option: it needs --sft DIR", only_sft);
-        if (!data_given) default_data(&args, core_given);
-        return args;
-    }
-    // SFT: the model and how it was trained come from the base run (run_setup_sft)
-    for (const std::string& g : given)
-        for (const char* from_base : {"-d", "--depth", "--dim", "--heads", "--kv-heads", "--head-dim", "-t", "--seq-len", "--window-pattern",
-                                      "--short-window", "--value-embeds", "--smear", "--seed", "-x", "--xsa", "--xsa-layers", "--xsa-lr",
-                                      "--optimizer", "--muon-eq", "--muon-plus", "--weight-decay", "--adamw-matrix-lr", "--param-data-ratio",
-                                      "--warmup-steps", "--momentum-warmup-steps", "-i", "--train", "-j", "--val", "--core-every",
-                                      "--core-tasks", "--core-max-per-task", "--sample-every"})
-            if (g == from_base)
-                fail("%s cannot be set with --sft: the model and its training settings come from the base run (--init-from)", from_base);
-    if (args.init_from.empty() && args.resume_dir.empty()) fail("--sft needs --init-from BASE (a checkpoint of base training, or exported weights)");
-    SftArgs& sft = args.sft;
-    if (!(sft.init_lr_frac > 0.0f)) fail("--init-lr-frac must be > 0, got %g", sft.init_lr_frac);
-    if (!(sft.warmup_ratio >= 0.0f && sft.warmup_ratio <= 1.0f)) fail("--warmup-ratio must be in [0, 1], got %g", sft.warmup_ratio);
-    if (args.chatcore_every < 1 && args.chatcore_every != -1) fail("--chatcore-every must be >= 1 or -1, got %d", args.chatcore_every);
-    for (int v : {args.chatcore_max_cat, args.chatcore_max_sample})
-        if (v < 1 && v != -1) fail("--chatcore-max-cat and --chatcore-max-sample must be >= 1 or -1, got %d", v);
-    if (was_given({"--warmdown-ratio"})) sft.warmdown_ratio = o.warmdown_ratio;
-    if (was_given({"--final-lr-frac"})) sft.final_lr_frac = o.final_lr_frac;
-    if (was_given({"--matrix-lr"})) sft.matrix_lr = o.matrix_lr;
-    if (was_given({"--embedding-lr"})) sft.embedding_lr = o.embedding_lr;
-    if (was_given({"--unembedding-lr"})) sft.unembedding_lr = o.unembedding_lr;
-    if (was_given({"-B", "--total-batch"})) sft.total_batch = o.total_batch;
-    if (!was_given({"--eval-every"})) args.eval_every = 200;  // chat_sft's defaults
-    if (!was_given({"--eval-tokens"})) args.eval_tokens = 40L * 524288;
-    args.core_every = -1;  // CORE is the base model's metric; samples of base-style prompts say little of a chat model
-    args.sample_every = -1;
-    if (!data_given) args.tokenizer_path.clear();  // the base model's own
+    if (!data_given) default_data(&args, core_given);
     return args;
 }
 
@@ -3128,7 +2337,9 @@ static void lock_run_dir(const std::string& dir) {
         fail("another run is using '%s' (it holds %s); wait for it to end, or use another -o", dir.c_str(), path.c_str());
 }
 
-// Everything a training run holds: set up by run_setup, driven by main's loop.
+// Everything a training run holds: set up by run_setup_*, driven by run_train. Loader: DataLoader (base
+// training) or SftLoader (chat/chat_sft.cu, which drives the same loop).
+template <typename Loader>
 struct Run {
     std::vector<std::string> argv;  // the command line, for the resume command a stopped run prints
     Args args;
@@ -3138,16 +2349,12 @@ struct Run {
     int accum = 0;            // micro-batches per rank per step
     int num_steps = 0;
     int eval_steps = 0;       // validation batches per evaluation
-    DataLoader train, val;             // base training
-    bool sft = false;                  // --sft: the SFT loaders instead
-    SftLoader sft_train, sft_val;
-    std::vector<ChatTask> chat_tasks;  // SFT's ChatCORE tasks (empty: off)
+    Loader train, val;
     std::vector<CoreTask> core_tasks;
     GPT model;
     Optimizer opt;
     LoopState loop;
     std::string out_dir;      // -o, or the --resume directory; "" = nothing written
-    std::string sft_source;   // SFT: the base model's file, or the checkpoint to resume
     MetricsLog metrics;       // DIR/metrics.jsonl on rank 0
     double flops_per_step = 0.0, peak_flops = 0.0;
     std::vector<double> step_ms;  // every timed step (not the first of a process: it pays for page faults)
@@ -3157,7 +2364,8 @@ struct Run {
 
 // The first line of DIR/metrics.jsonl: what was run (model, optimizer, batch, data, seed, device), so a
 // comparison of two runs (dev/compare_runs.py) can tell whether they differ only where they should.
-static JsonLine run_line(const Run& run) {
+template <typename Loader>
+static JsonLine run_line(const Run<Loader>& run) {
     const Args& a = run.args;
     JsonLine line;
     line.num("step", 0LL).str("kind", "run").str("backend", BACKEND_NAME).str("device", backend_device_name());
@@ -3171,7 +2379,8 @@ static JsonLine run_line(const Run& run) {
 
 // The micro-batch (-b, or the default for this model and device), the micro-batches per step and the step
 // count of the plan; prints the model; refuses a micro-batch that does not fit (-n 0 only warns).
-static void run_setup_batch(Run* run) {
+template <typename Loader>
+static void run_setup_batch(Run<Loader>* run) {
     const Args& a = run->args;
     const GPTConfig& c = a.config;
     const int world = g_ranks.world;
@@ -3197,7 +2406,7 @@ static void run_setup_batch(Run* run) {
 }
 
 // Tokenizer, shapes, the training plan and the micro-batch; prints the model and the plan.
-static void run_setup_plan(Run* run) {
+static void run_setup_plan(Run<DataLoader>* run) {
     Args& a = run->args;
     GPTConfig& c = a.config;
     tokenizer_load(&run->tok, a.tokenizer_path);
@@ -3216,7 +2425,7 @@ static void run_setup_plan(Run* run) {
 }
 
 // The training and validation loaders, and the CORE tasks.
-static void run_setup_data(Run* run) {
+static void run_setup_data(Run<DataLoader>* run) {
     const Args& a = run->args;
     const Tokenizer& tok = run->tok;
     const int world = g_ranks.world;
@@ -3249,7 +2458,8 @@ static void run_setup_data(Run* run) {
 }
 
 // DIR/metrics.jsonl on rank 0 (with -o or --resume): started anew, or cut back to the checkpoint on resume.
-static void run_open_metrics(Run* run) {
+template <typename Loader>
+static void run_open_metrics(Run<Loader>* run) {
     if (run->out_dir.empty() || g_ranks.rank != 0) return;
     lock_run_dir(run->out_dir);
     const std::string path = run->out_dir + "/metrics.jsonl";
@@ -3264,7 +2474,7 @@ static void run_open_metrics(Run* run) {
 
 // The model and optimizer: initialised, or resumed from a checkpoint, or started from a weights file; and
 // the metrics log (started anew, or cut back to the checkpoint on resume).
-static void run_setup_model(Run* run) {
+static void run_setup_model(Run<DataLoader>* run) {
     const Args& a = run->args;
     const GPTConfig& c = a.config;
     gpt_build(&run->model, c);
@@ -3296,131 +2506,6 @@ static void run_setup_model(Run* run) {
     run_open_metrics(run);
 }
 
-// ----------------------------------------------------------------------------------------------------
-// SFT (--sft; dev/docs/optim.md#sft): nanochat's chat_sft on a base model
-
-// The model, its tokenizer and how it was trained, from the base run's file (--init-from) or, on --resume,
-// the SFT run's latest checkpoint; nanochat's SFT plan and the micro-batch. Leaves the file to read the
-// weights from in run->sft_source.
-static void run_setup_sft_plan(Run* run) {
-    Args& a = run->args;
-    const bool resuming = !a.resume_dir.empty();
-    if (resuming && !a.init_from.empty()) fail("--resume and --init-from exclude each other (an SFT run resumes from its own checkpoints)");
-    run->sft_source = resuming ? latest_checkpoint(a.resume_dir) : a.init_from;
-    if (run->sft_source.empty()) fail("--resume: no checkpoint ckpt_*.safetensors in '%s'", a.resume_dir.c_str());
-    const std::string& source = run->sft_source;
-    SafetensorsFile file = safetensors_read(source);
-    if (!file.metadata.count("n_layer"))
-        fail("'%s' has no xsa-train model configuration: --init-from takes a checkpoint (ckpt_*.safetensors) or --export-safetensors weights",
-             source.c_str());
-    GPTConfig& c = a.config;
-    c = config_from_metadata(file);
-    const OptimConfig base = checkpoint_optim_config(file);
-    if (resuming && !base.sft) fail("'%s' is a checkpoint of base training: resume it without --sft", source.c_str());
-    if (a.tokenizer_path.empty()) {
-        if (!file.metadata.count("tokenizer")) fail("'%s' does not name its tokenizer; pass --tokenizer FILE", source.c_str());
-        a.tokenizer_path = file.meta("tokenizer");
-    }
-    tokenizer_load(&run->tok, a.tokenizer_path);
-    if (file.metadata.count("tokenizer_fingerprint") && file.meta("tokenizer_fingerprint") != tokenizer_fingerprint(&run->tok))
-        fail("'%s' was trained with another tokenizer than '%s' (fingerprints differ)", source.c_str(), a.tokenizer_path.c_str());
-    if (run->tok.vocab_size != c.vocab_size)
-        fail("the tokenizer '%s' has %d tokens, the model in '%s' %d", a.tokenizer_path.c_str(), run->tok.vocab_size, source.c_str(), c.vocab_size);
-    a.train_pattern = a.sft_dir + "/sft_train.bin";
-    a.val_pattern = a.sft_dir + "/sft_val.bin";
-    // Muon's weight decay: nanochat loads the base optimizer's state together with its last weight decay
-    // (the cosine schedule's value at the last update, about 0), else 0; an SFT checkpoint holds its own
-    const bool is_checkpoint = file.metadata.count("format") && file.meta("format") == CHECKPOINT_FORMAT;
-    double muon_wd = 0.0;
-    if (base.sft) muon_wd = base.muon_wd;
-    else if (a.sft.load_optimizer && is_checkpoint) muon_wd = muon_weight_decay(base, (int)metadata_int(file, "optimizer_step", 1, INT_MAX) - 1);
-    run->plan = plan_sft(c, base, a.optim, a.sft, muon_wd);
-    if (a.batch < 0 && file.metadata.count("batch")) a.batch = (int)metadata_int(file, "batch", 1, INT_MAX);  // nanochat inherits it too
-    run_setup_batch(run);
-}
-
-// The conversation loaders and the step count (one epoch, or -n), then the model and optimizer: the base
-// model's weights and (with --load-optimizer 1, from a checkpoint) its optimizer state, or the SFT run's
-// checkpoint; and the metrics log.
-static void run_setup_sft(Run* run) {
-    Args& a = run->args;
-    const GPTConfig& c = a.config;
-    const Tokenizer& tok = run->tok;
-    const int world = g_ranks.world;
-    sft_loader_init(&run->sft_train, a.train_pattern, tok.vocab_size, tok.bos_id, run->B, run->T, g_ranks.rank, world,
-                    a.steps > 0 ? (long)a.steps * run->accum : -1);
-    sft_loader_init(&run->sft_val, a.val_pattern, tok.vocab_size, tok.bos_id, run->B, run->T, 0, 1, -1);  // evaluate_bpb splits it
-    if (a.chatcore_every > 0) {
-        std::string dir = a.chatcore_dir;
-        if (dir.empty()) {  // the embedded bundle belongs to the embedded tokenizer; else the files made beside the tokenizer
-            const size_t slash = a.tokenizer_path.rfind('/');
-            const std::string beside = (slash == std::string::npos ? std::string(".") : a.tokenizer_path.substr(0, slash)) + "/chat_tasks";
-            dir = a.tokenizer_path == "dev/data/devil/tokenizer.bin" ? "dev/data/chat_tasks" : beside;
-            if (access((dir + "/index.txt").c_str(), R_OK) != 0) {
-                printf("ChatCORE: off, no task files in %s (make them: python3 dev/data/chat_eval.py --tokenizer %s --out %s)\n", dir.c_str(),
-                       a.tokenizer_path.c_str(), dir.c_str());
-                dir.clear();
-            }
-        }
-        if (!dir.empty()) {
-            run->chat_tasks = chat_tasks_load(dir, tok.vocab_size, tok.bos_id);
-            auto cap = [](int n) { return n > 0 ? "up to " + std::to_string(n) + " items" : std::string("all items"); };
-            printf("ChatCORE: %zu tasks from %s (categorical: %s, generative: %s), every %d steps and at the end\n", run->chat_tasks.size(),
-                   dir.c_str(), cap(a.chatcore_max_cat).c_str(), cap(a.chatcore_max_sample).c_str(), a.chatcore_every);
-        }
-    }
-    // --eval-tokens, capped at one pass over the validation conversations (nanochat's loader wraps around and
-    // evaluates them again: its default of 40 x 524,288 tokens is ~1.7 passes over its validation mixture)
-    SftLoader val_pass = run->sft_val;
-    while (!val_pass.last_batch) dataloader_next_batch(&val_pass);
-    run->eval_steps = (int)std::max<long>(1, std::min<long>(a.eval_tokens / ((long)run->B * run->T), val_pass.batches));
-    run->num_steps = a.steps > 0 ? a.steps : sft_epoch_steps(&run->sft_train, run->accum);
-    if (run->num_steps < 1) fail("'%s' fills less than one step of %ld tokens; set a smaller -B", a.train_pattern.c_str(), run->plan.total_batch);
-    run->plan.num_iterations = run->plan.optim.num_iterations = run->num_steps;
-    const ConversationFile &tf = run->sft_train.file, &vf = run->sft_val.file;
-    printf("data: %llu conversations (%llu tokens) in %s, %llu in %s; %d steps (%s) x %ld tokens (%d micro-batch%s%s); %d batch%s per "
-           "evaluation%s\n", (unsigned long long)tf.count, (unsigned long long)tf.ntokens, a.train_pattern.c_str(), (unsigned long long)vf.count,
-           a.val_pattern.c_str(), run->num_steps, a.steps > 0 ? "-n" : "one epoch", run->plan.total_batch, run->accum, run->accum == 1 ? "" : "es",
-           world > 1 ? (" on each of " + std::to_string(world) + " ranks").c_str() : "", run->eval_steps, run->eval_steps == 1 ? "" : "es",
-           world > 1 ? ", shared by the ranks" : "");
-    const OptimConfig& o = run->plan.optim;
-    std::string lrs;
-    for (int g = 0; g < NUM_GROUPS; g++) {
-        char buf[64];
-        snprintf(buf, sizeof buf, "%s%s %.6g", g ? ", " : "", GROUP_NAMES[g], o.lr[g]);
-        lrs += buf;
-    }
-    printf("SFT plan: lrs %s (the base run's x %.3g, width-scaled) | warmup %.2f, warmdown %.2f of the data to %.3f | Muon wd %.4g | "
-           "Muon momentum 0.85 -> 0.95 over 300 steps\n", lrs.c_str(), a.sft.init_lr_frac, o.warmup_ratio, o.warmdown_ratio, o.final_lr_frac, o.muon_wd);
-
-    gpt_build(&run->model, c);
-    run->model.tokenizer_path = a.tokenizer_path;
-    run->model.tokenizer_fingerprint = tokenizer_fingerprint(&tok);
-    optimizer_init(&run->opt, &run->model, o, optimizer_shards(a));
-    if (a.overlap_reduce) optimizer_overlap_reduction(&run->opt, &run->model);
-    run->out_dir = !a.output_dir.empty() ? a.output_dir : a.resume_dir;
-    const std::string& source = run->sft_source;
-    if (!a.resume_dir.empty()) {
-        load_checkpoint(source, &run->model, &run->opt, &run->sft_train, &run->loop, a.allow_other_data);
-        printf("resumed from %s at step %d\n", source.c_str(), run->loop.step);
-        if (run->loop.step > run->num_steps) fail("'%s' is at step %d, past the %d steps of this run", source.c_str(), run->loop.step, run->num_steps);
-    } else {
-        SafetensorsFile file = safetensors_read(source);
-        gpt_load_weights(&run->model, file);
-        if (!a.sft.load_optimizer) {
-            printf("weights loaded from %s; the optimizer starts fresh (--load-optimizer 0)\n", source.c_str());
-        } else if (!file.find("optimizer.state")) {
-            printf("warning: %s holds no optimizer state (exported weights): the optimizer starts fresh (nanochat finds SFT slightly worse "
-                   "so; --init-from a checkpoint warm-starts it)\n", source.c_str());
-        } else {
-            optimizer_load_state(&run->opt, &run->model, file, source);
-            run->opt.step = (int)metadata_int(file, "optimizer_step", 0, INT_MAX);  // AdamW's bias correction goes on from there
-            printf("weights and optimizer state (momenta and second moments, %d updates) loaded from %s\n", run->opt.step, source.c_str());
-        }
-    }
-    run_open_metrics(run);
-}
-
 // Before training: one micro-step timed on a batch of BOS tokens (on CUDA the second of two, the first
 // paying for cuBLASLt's set-up -- with --matmul-tune, the timing of its candidates; every rank then takes
 // rank 0's choices -- and the second for the graph capture) gives rank 0's estimate of a step (x the
@@ -3428,7 +2513,8 @@ static void run_setup_sft(Run* run) {
 // its bpb evaluations (forward only: about a third of a micro-step per batch). CORE is not counted. Warns
 // when the run would take more than a day. Every rank runs it. Nothing of the run changes: train_step
 // clears the gradients and the step's sums, and the grad scale is the run's own, so a captured graph is reused.
-static void run_estimate(Run* run) {
+template <typename Loader>
+static void run_estimate(Run<Loader>* run) {
     const int first = run->loop.step, n = run->num_steps, every = run->args.eval_every;
     if (first >= n) return;
     std::vector<int> bos((size_t)run->B * run->T, run->tok.bos_id);
@@ -3470,7 +2556,8 @@ static void run_estimate(Run* run) {
 
 // A learnable XSA alpha: each layer's mean over heads printed, every (layer, head) logged as
 // {"kind": "xsa_alpha", "alpha": {"LAYER": [alpha per head], ..}}.
-static void log_learned_alpha(Run* run, int step) {
+template <typename Loader>
+static void log_learned_alpha(Run<Loader>* run, int step) {
     const GPTConfig& c = run->args.config;
     std::vector<float> alpha((size_t)c.n_layer * c.n_head);
     backend_download(alpha.data(), run->model.xsa_alpha, alpha.size() * sizeof(float));
@@ -3489,11 +2576,11 @@ static void log_learned_alpha(Run* run, int step) {
 }
 
 // Validation bits per byte and the attention diagnostics: printed and logged.
-static void run_evaluate(Run* run, int step) {
+template <typename Loader>
+static void run_evaluate(Run<Loader>* run, int step) {
     const double t0 = wall_ms();
     Diagnostics diag;
-    const double bpb = run->sft ? evaluate_bpb(&run->model, &run->sft_val, &run->tok, run->eval_steps, &diag)
-                                : evaluate_bpb(&run->model, &run->val, &run->tok, run->eval_steps, &diag);
+    const double bpb = evaluate_bpb(&run->model, &run->val, &run->tok, run->eval_steps, &diag);
     ranks_check_identical(&run->model, step);
     if (!std::isfinite(bpb)) fail("val bpb is %f at step %d; stopping (the last checkpoint, if any, is intact)", bpb, step);
     printf("step %d/%d | val bpb %.6f | %.1f s\n", step, run->num_steps, bpb, (wall_ms() - t0) / 1000.0);
@@ -3513,7 +2600,8 @@ static void run_evaluate(Run* run, int step) {
 }
 
 // CORE: the task table, the value, a metrics line and DIR/core_STEP.csv.
-static void run_core(Run* run, int step) {
+template <typename Loader>
+static void run_core(Run<Loader>* run, int step) {
     const double t0 = wall_ms();
     CoreResult core = core_evaluate(&run->model, run->core_tasks, run->args.core_max_per_task);
     core_print(core);
@@ -3528,34 +2616,13 @@ static void run_core(Run* run, int step) {
     core_write_csv(core, run->out_dir + name);
 }
 
-// ChatCORE (SFT): the task table, the value, a metrics line and DIR/chatcore_STEP.csv.
-static void run_chatcore(Run* run, int step) {
-    const double t0 = wall_ms();
-    const ChatResult r = chatcore_evaluate(&run->model, &run->tok, run->chat_tasks, run->args.chatcore_max_cat, run->args.chatcore_max_sample);
-    if (g_ranks.rank == 0) chat_print(r);
-    printf("step %d/%d | ChatCORE %s | %.1f s\n", step, run->num_steps, std::isfinite(r.chatcore) ? std::to_string(r.chatcore).c_str() : "n/a",
-           (wall_ms() - t0) / 1000.0);
-    if (run->metrics.fd < 0) return;
-    JsonLine accuracy;
-    for (const ChatTaskResult& t : r.tasks) accuracy.num(t.label.c_str(), t.accuracy, "%.8f");
-    JsonLine line;
-    line.num("step", (long long)step).str("kind", "chatcore");
-    if (std::isfinite(r.chatcore)) line.num("chatcore", r.chatcore, "%.8f").num("chatcore_tasks", (long long)r.chatcore_tasks);
-    if (std::isfinite(r.chatcore_cat)) line.num("chatcore_cat", r.chatcore_cat, "%.8f");
-    metrics_write(&run->metrics, line.raw("accuracy", accuracy.text()));
-    char name[64];
-    snprintf(name, sizeof name, "/chatcore_%06d.csv", step);
-    chat_write_csv(r, run->out_dir + name);
-}
-
 // One optimizer step, with its console line and metrics line. `first`: the first step of this process,
 // left out of the timings.
-static void run_train_step(Run* run, int step, bool first) {
+template <typename Loader>
+static void run_train_step(Run<Loader>* run, int step, bool first) {
     LoopState& loop = run->loop;
     const double t0 = wall_ms();
-    const StepResult result = run->sft ? train_step(&run->model, &run->opt, &run->sft_train, run->accum,
-                                                    [&] { return sft_schedule(run->opt.config, step, sft_progress(&run->sft_train)); })
-                                       : train_step(&run->model, &run->opt, &run->train, run->accum);
+    const StepResult result = train_step(&run->model, &run->opt, &run->train, run->accum, step);
     const double loss = result.loss, lrm = result.lrm;
     const double dt = wall_ms() - t0;
     loop.step = step + 1;
@@ -3585,17 +2652,18 @@ static void run_train_step(Run* run, int step, bool first) {
 }
 
 // A checkpoint at the current step (every rank takes part; rank 0 writes it), with the metrics on disk.
-static void run_checkpoint(Run* run) {
+template <typename Loader>
+static void run_checkpoint(Run<Loader>* run) {
     const std::string path = checkpoint_path(run->out_dir, run->loop.step);
-    if (run->sft) save_checkpoint(path, &run->model, &run->opt, &run->sft_train, run->loop);
-    else save_checkpoint(path, &run->model, &run->opt, &run->train, run->loop);
+    save_checkpoint(path, &run->model, &run->opt, &run->train, run->loop);
     metrics_sync(&run->metrics);
     printf("checkpoint %s\n", path.c_str());
 }
 
 // The end of a run stopped by SIGINT or SIGTERM, after a step: a checkpoint (with -o), one line saying
 // where it stopped and how to go on, and the exit code of the signal (130, 143).
-[[noreturn]] static void run_stop(Run* run, int sig) {
+template <typename Loader>
+[[noreturn]] static void run_stop(Run<Loader>* run, int sig) {
     run->loop.evals_done = false;  // the evaluations of this step are still to run, on resume
     std::string saved = "nothing saved (no -o)";
     if (!run->out_dir.empty()) {
@@ -3619,7 +2687,8 @@ static void run_checkpoint(Run* run) {
 }
 
 // The end of a run: throughput, the exported weights, files closed, memory freed.
-static void run_finish(Run* run) {
+template <typename Loader>
+static void run_finish(Run<Loader>* run) {
     if (!run->step_ms.empty()) {
         auto median = [](std::vector<double> ms) {
             std::sort(ms.begin(), ms.end());
@@ -3638,59 +2707,68 @@ static void run_finish(Run* run) {
     metrics_close(&run->metrics);
     dataloader_free(&run->train);
     dataloader_free(&run->val);
-    dataloader_free(&run->sft_train);
-    dataloader_free(&run->sft_val);
     optimizer_free(&run->opt);
     gpt_free(&run->model);
 }
 
-int main(int argc, char** argv) {
-    setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches a pipe or log file as it is printed
-    Run run;
-    run.argv.assign(argv, argv + argc);
-    run.args = parse_args(argc, argv);
-    const Args& a = run.args;
+// Before any set-up: the command line's outputs checked, the stop signals caught, the ranks started (from
+// here on this process is one of them), the backend initialised with the command line's switches.
+template <typename Loader>
+static void run_begin(Run<Loader>* run, int argc, char** argv) {
+    run->argv.assign(argv, argv + argc);
+    const Args& a = run->args;
     check_outputs(a);
     install_stop_handlers();  // inherited by the ranks; their supervisor passes the signals on to them
-    ranks_launch(a.ranks, a.rendezvous);  // forks or joins the ranks, if several: from here on this is one of them
+    ranks_launch(a.ranks, a.rendezvous);  // forks or joins the ranks, if several
     backend_init();
     g_backend.xsa_fused = a.xsa_fused;
     g_backend.graphs = a.cuda_graphs;
     g_progress_every_ms = a.progress_every * 1000.0;
-    run.sft = !a.sft_dir.empty();
-    if (run.sft) run_setup_sft_plan(&run);
-    else run_setup_plan(&run);
-    if (a.steps == 0) return 0;  // -n 0: the model and the plan only
-    if (run.sft) run_setup_sft(&run);
-    else {
-        run_setup_data(&run);
-        run_setup_model(&run);
-    }
-    run_estimate(&run);
-    run.flops_per_step = flops_per_token(a.config) * (double)run.plan.total_batch;
-    run.peak_flops = backend_peak_flops() * g_ranks.world;  // MFU of all the ranks' GPUs together
+}
+
+// The run, once set up: the estimate, then the loop of evaluations, samples, checkpoints and steps, then the
+// end. evaluate_more(step): the program's own evaluations after the shared ones (chat_sft: ChatCORE).
+template <typename Loader, typename Evaluate>
+static void run_train(Run<Loader>* run, Evaluate evaluate_more) {
+    const Args& a = run->args;
+    run_estimate(run);
+    run->flops_per_step = flops_per_token(a.config) * (double)run->plan.total_batch;
+    run->peak_flops = backend_peak_flops() * g_ranks.world;  // MFU of all the ranks' GPUs together
     ranks_setup_done();
 
-    const int first_step = run.loop.step;
-    run.start_ms = wall_ms();
+    const int first_step = run->loop.step;
+    run->start_ms = wall_ms();
     for (int step = first_step;; step++) {
-        const bool last = step == run.num_steps;
+        const bool last = step == run->num_steps;
         auto due = [&](int every) { return last || (every > 0 && step % every == 0); };
         // a resumed run did the evaluations, samples and checkpoint of its first step before it stopped
         // (unless a signal stopped it right after the step's update)
-        if (!(step == first_step && !a.resume_dir.empty() && run.loop.evals_done)) {
-            run.loop.evals_done = true;  // as the step's checkpoint, if any, will record
-            if (due(a.eval_every)) run_evaluate(&run, step);
-            if (step > 0 && !run.core_tasks.empty() && due(a.core_every)) run_core(&run, step);
-            if (step > 0 && !run.chat_tasks.empty() && due(a.chatcore_every)) run_chatcore(&run, step);
-            if (step > 0 && g_ranks.rank == 0 && a.sample_every > 0 && due(a.sample_every)) print_samples(&run.model, &run.tok, step);
-            if (step > 0 && !run.out_dir.empty() && due(a.save_every)) run_checkpoint(&run);
+        if (!(step == first_step && !a.resume_dir.empty() && run->loop.evals_done)) {
+            run->loop.evals_done = true;  // as the step's checkpoint, if any, will record
+            if (due(a.eval_every)) run_evaluate(run, step);
+            if (step > 0 && !run->core_tasks.empty() && due(a.core_every)) run_core(run, step);
+            if (step > 0) evaluate_more(step, last);
+            if (step > 0 && g_ranks.rank == 0 && a.sample_every > 0 && due(a.sample_every)) print_samples(&run->model, &run->tok, step);
+            if (step > 0 && !run->out_dir.empty() && due(a.save_every)) run_checkpoint(run);
         }
         if (last) break;
-        run_train_step(&run, step, step == first_step);
-        if (const int sig = stop_requested()) run_stop(&run, sig);
+        run_train_step(run, step, step == first_step);
+        if (const int sig = stop_requested()) run_stop(run, sig);
     }
-    run_finish(&run);
+    run_finish(run);
+}
+
+#ifndef TRAIN_GPT_NO_MAIN  // chat/chat_sft.cu, the tests and tools use this file as a library: everything but main()
+int main(int argc, char** argv) {
+    setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches a pipe or log file as it is printed
+    Run<DataLoader> run;
+    run.args = parse_args(argc, argv);
+    run_begin(&run, argc, argv);
+    run_setup_plan(&run);
+    if (run.args.steps == 0) return 0;  // -n 0: the model and the plan only
+    run_setup_data(&run);
+    run_setup_model(&run);
+    run_train(&run, [](int, bool) {});
     return 0;
 }
 

@@ -8,6 +8,8 @@ HumanEval runs the model's code with python3 in separate processes (5 s and 256 
 */
 #define TRAIN_GPT_NO_MAIN  // use train_gpt.cu as a library: everything but main()
 #include "../train_gpt.cu"
+#include "generation_args.h"
+#include "chatcore_evaluate.h"
 
 static void usage() {
     printf("usage: chat_eval -e CHECKPOINT -c TASKDIR [--max-cat N] [--max-sample N] [--max-new N] [-o results.csv] [--ranks N]\n"

@@ -9,6 +9,8 @@ several rows, generated together and printed at the end. Speeds go to stderr.
 */
 #define TRAIN_GPT_NO_MAIN  // use train_gpt.cu as a library: everything but main()
 #include "../train_gpt.cu"
+#include "generation_args.h"
+#include "encoder.h"
 
 static void usage() {
     printf("usage: sample -e CHECKPOINT [-p TEXT ...] [-n TOKENS] [-t TEMPERATURE] [-k TOP_K] [-s SEED] [--tokenizer FILE]\n"

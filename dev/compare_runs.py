@@ -33,7 +33,7 @@ class CompareError(Exception):
     pass
 
 
-# The fields this script reads, per kind of line (README.md, "Logging").
+# The fields this script reads, per kind of line (dev/docs/data.md#metricsjsonl).
 REQUIRED_KEYS = {"run": ("steps",), "train": ("loss", "dt_ms", "tok_per_s"), "eval": ("val_bpb",),
                  "diag": ("cos_yv", "cos_zv", "self_weight", "value_cos"), "core": ("core", "centered"), "xsa_alpha": ("alpha",)}
 

@@ -64,16 +64,16 @@ install_prebuilt() {
     done
     "$BIN/train_gpt_cuda" --help > /dev/null || { echo "$BIN/train_gpt_cuda does not start (exit $?)"; return 1; }
     mkdir -p dev/cuda/bin dev/bench
-    cp "$BIN"/train_gpt_cuda "$BIN"/test_xsa_cuda "$BIN"/sample_cuda "$BIN"/train_gpt_cpu "$BIN"/test_xsa_cpu .
+    cp "$BIN"/train_gpt_cuda "$BIN"/test_xsa_cuda "$BIN"/sample_cuda "$BIN"/chat_sft_cuda "$BIN"/train_gpt_cpu "$BIN"/test_xsa_cpu .
     cp "$BIN"/bench_fwdbwd_cuda dev/bench/
     cp "$BIN"/*_check dev/cuda/bin/
-    touch train_gpt_cuda test_xsa_cuda sample_cuda train_gpt_cpu test_xsa_cpu dev/bench/bench_fwdbwd_cuda dev/cuda/bin/*  # newer than the sources: make keeps them
+    touch train_gpt_cuda test_xsa_cuda sample_cuda chat_sft_cuda train_gpt_cpu test_xsa_cpu dev/bench/bench_fwdbwd_cuda dev/cuda/bin/*  # newer than the sources: make keeps them
     echo "installed the prebuilt binaries of $BIN (sources $(cat "$BIN/SOURCES"))"
 }
 if [ -n "${GPU_CHECK_SKIP_BUILD:-}" ]; then
     note binaries "SKIPPED: GPU_CHECK_SKIP_BUILD (the binaries are in place)"
 elif ! stage binaries_prebuilt 30 bash -c "BIN=$BIN; $(declare -f sources_hash install_prebuilt); install_prebuilt"; then
-    stage build 300 make -j"$JOBS" cuda_targets sample train_gpt_cpu test_xsa_cpu && cp sample sample_cuda
+    stage build 300 make -j"$JOBS" cuda_targets sample chat_sft train_gpt_cpu test_xsa_cpu && cp sample sample_cuda && cp chat_sft chat_sft_cuda
 fi
 
 # ---- correctness, each kernel naming itself on a fault
@@ -104,7 +104,7 @@ stage train_d4_learn 60 env XSA_CUDA_SYNC=1 ./train_gpt_cuda $TRAIN
 # calculator tool, HumanEval's python3 test processes): both must run through; a base of the same shape first
 SFT=$(mktemp -d)
 stage sft_chatcore 90 bash -c "./train_gpt_cuda $TRAIN -o $SFT/base > /dev/null &&
-        XSA_CUDA_SYNC=1 ./train_gpt_cuda --sft dev/data/sft_mini_tokens --init-from \$(ls $SFT/base/ckpt_*.safetensors | tail -n 1) -n 3 \
+        XSA_CUDA_SYNC=1 ./chat_sft_cuda --sft dev/data/sft_mini_tokens --init-from \$(ls $SFT/base/ckpt_*.safetensors | tail -n 1) -n 3 \
         --eval-every 3 --eval-tokens 4096 --chatcore-max-cat 8 --chatcore-max-sample 2 -o $SFT/sft &&
         grep -q '\"kind\": \"chatcore\"' $SFT/sft/metrics.jsonl"
 rm -rf "$SFT"

@@ -15,8 +15,8 @@ The study file (JSON; examples in dev/studies/):
      "note": "optional: what the study is for and how to prepare its data (the report's first paragraph)",
      "sft": "--sft DIR ..."}                            # optional: SFT (+ ChatCORE) of every finished run
 Runs go to DIR/ARM/seed_S (DIR defaults to dev/studies/out/NAME). With "sft", each finished run is then
-fine-tuned from its last checkpoint by `train_gpt SFT_FLAGS --init-from ... -o DIR/ARM/seed_S/sft` (README.md,
-"SFT and ChatCORE"; ~ in the flags is the home directory), and the report gains its val bpb and ChatCORE.
+fine-tuned from its last checkpoint by `chat_sft SFT_FLAGS --init-from ... -o DIR/ARM/seed_S/sft` (chat_sft
+beside the trainer; dev/docs/chat.md#sft-and-chatcore; ~ in the flags is the home directory), and the report gains its val bpb and ChatCORE.
 A run whose metrics.jsonl has its last evaluation is complete and skipped; a run with a checkpoint resumes from it (so give the base flags a
 --save-every); any other run directory is started afresh. So a study survives pre-emption (a SIGINT or
 SIGTERM reaches the running train_gpt, which checkpoints; rerun the same command) and grows with more
@@ -164,7 +164,7 @@ def load_study(path):
     if "sft" in study:
         words = shlex.split(study["sft"]) if isinstance(study["sft"], str) else []
         if "--sft" not in [w.split("=", 1)[0] for w in words]:
-            raise StudyError(f"'{path}': 'sft' must be a string of train_gpt SFT flags with --sft DIR")
+            raise StudyError(f"'{path}': 'sft' must be a string of chat_sft flags with --sft DIR")
         for w in words:
             if w.split("=", 1)[0] in RUNNER_FLAGS | {"--init-from"}:
                 raise StudyError(f"'{path}': 'sft' sets {w}; the runner sets --init-from and the output directory itself")
@@ -205,8 +205,8 @@ def start_run(binary, study, arm, seed, run_dir, slot):
     s * G .. s * G + G - 1 (G = 'gpus_per_run') as its CUDA_VISIBLE_DEVICES."""
     state = run_state(run_dir)
     sft = os.path.basename(run_dir) == "sft"
-    if sft:
-        argv = [binary] + [os.path.expanduser(w) for w in shlex.split(study["sft"])]
+    if sft:  # chat_sft, beside the trainer
+        argv = [os.path.join(os.path.dirname(binary), "chat_sft")] + [os.path.expanduser(w) for w in shlex.split(study["sft"])]
         if state != "resume":
             argv += ["--init-from", last_checkpoint(os.path.dirname(run_dir))]
     else:
@@ -479,6 +479,9 @@ def main(argv=None):
         binary = os.path.abspath(args.binary)
         if not args.report_only and not os.access(binary, os.X_OK):
             raise StudyError(f"'{args.binary}' is not an executable trainer (make train_gpt builds ./train_gpt)")
+        sft_binary = os.path.join(os.path.dirname(binary), "chat_sft")
+        if not args.report_only and "sft" in study and not os.access(sft_binary, os.X_OK):
+            raise StudyError(f"the study has an SFT stage: '{sft_binary}' (beside the trainer) must be built (make chat_sft)")
         # seed-major: every arm of a seed before the next seed, so a partial study stays matched
         todo = [(arm, seed, os.path.join(out_dir, arm, f"seed_{seed}")) for seed in study["seeds"]
                 for arm in study["arms"] if seed in seeds_of(study, arm)]

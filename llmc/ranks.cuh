@@ -3,7 +3,7 @@
 // micro-steps the gradients are summed over the ranks, so every rank applies the same update and the
 // weights stay identical, which ranks_check_identical verifies at every evaluation.
 //
-// How the ranks start (README.md#several-gpus-and-several-nodes):
+// How the ranks start (dev/docs/multinode.md):
 // * forked: `--ranks N` on one machine. The process started is a supervisor; it forks the N ranks before
 //   anything touches the GPU or starts OpenMP threads (neither survives a fork), then waits. When a rank
 //   fails, it stops the others and exits with that rank's code.

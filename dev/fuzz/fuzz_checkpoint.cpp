@@ -68,7 +68,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
         dataloader_init(&g.data, shard, "training shard", 64, 0, 2, 16, 0, 1);
         g.data.buffer_target = 16;  // a short loader state: quicker to restore, more of it mutated
         g.data.chunk_docs = 8;
-        for (int s = 0; s < 3; s++) g.loop.smooth_loss = train_step(&g.model, &g.opt, &g.data, 1).loss;
+        for (int s = 0; s < 3; s++) g.loop.smooth_loss = train_step(&g.model, &g.opt, &g.data, 1, s).loss;
         g.loop.step = 3;
         save_checkpoint(ckpt, &g.model, &g.opt, &g.data, g.loop);
         std::vector<uint8_t> file = fuzz_read_all(ckpt);

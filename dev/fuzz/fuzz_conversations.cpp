@@ -1,10 +1,10 @@
-// fuzz_conversations: an SFT conversation file (dataloader.h: conversation_file_open, then the SftLoader
+// fuzz_conversations: an SFT conversation file (chat/sft_loader.h: conversation_file_open, then the SftLoader
 // packing it). The input is the whole file, opened for the embedded corpus's tokenizer (vocabulary 4096,
 // BOS 4087). An accepted file is read as SFT reads it: batches packed on one rank and as rank 1 of 2 (every
 // conversation fetched is checked then, so the errors name the file), and the state round trip (what a
 // checkpoint saves must restore, and give the same next batch).
 #include "dev/fuzz/fuzz_util.h"
-#include "dataloader.h"
+#include "chat/sft_loader.h"
 
 static const int VOCAB = 4096, BOS = 4087;
 

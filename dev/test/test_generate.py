@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""End-to-end tests of ./sample and ./chat (build them first: make test does) on a model trained here for a
+"""End-to-end tests of ./sample and ./chat_cli (build them first: make test does) on a model trained here for a
 few steps on the embedded corpus: the greedy continuation of sample equals the trainer's own greedy
 samples (which come from the same KV-cache generation, but from prompts that tiktoken tokenized when the
 tokenizer file was written: so this also checks the C++ encoder on them); streaming and stdin; several
@@ -140,10 +140,10 @@ class TestGenerate(xsatest.TempDirTest):
         code_ckpt, out_ckpt = run([binary("sample"), "-e", ckpt, "-p", "The", "-n", "12", "-t", "1", "-s", "3"], want_stdout=True)
         with self.subTest("the checkpoint gives the export's text"):
             self.assertTrue(code == 0 and code_ckpt == 0 and out_ckpt.startswith(out.decode().rstrip("\n")), out_ckpt)
-        code, out = run([binary("chat"), "-e", self.model, "-p", "Hello", "-n", "8"])
+        code, out = run([binary("chat_cli"), "-e", self.model, "-p", "Hello", "-n", "8"])
         with self.subTest("chat -p: exit 0 and a speed line"):
             self.assertTrue(code == 0 and "tokens/s" in out, out)
-        p = subprocess.run([binary("chat"), "-e", self.model, "-n", "6"], cwd=xsatest.REPO, input=b"Hello\nclear\nWho are you?\nquit\nnot read\n",
+        p = subprocess.run([binary("chat_cli"), "-e", self.model, "-n", "6"], cwd=xsatest.REPO, input=b"Hello\nclear\nWho are you?\nquit\nnot read\n",
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         out = p.stdout.decode(errors="replace")
         with self.subTest("chat on stdin: two answers around a 'clear', stops at 'quit'"):
@@ -151,7 +151,7 @@ class TestGenerate(xsatest.TempDirTest):
 
     def test_bad_inputs(self):
         """sample and chat: one error line and exit 1 for each bad input"""
-        sample, chat = binary("sample"), binary("chat")
+        sample, chat = binary("sample"), binary("chat_cli")
         check_one_error(self, [sample, "-e", self.model, "-p", "word " * 100], "the model's context is 64")
         check_one_error(self, [sample, "-p", "x"], "needs -e CHECKPOINT")
         check_one_error(self, [sample, "-e", self.model, "-n", "0"], "-n must be >= 1")

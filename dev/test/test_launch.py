@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Ranks started by a launcher (README.md#several-gpus-and-several-nodes) on the CPU backend: two processes
+"""Ranks started by a launcher (dev/docs/multinode.md) on the CPU backend: two processes
 given torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK) that meet in a rendezvous file, and two started
 by mpirun (the binary built with MPI): each run equal bit for bit to --ranks 2 (two forked processes; the
 update of --ranks 2 against the same step in one process is test_xsa.cu's check): the weights, every loss

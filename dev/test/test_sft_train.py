@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""End-to-end tests of SFT (train_gpt --sft, dev/docs/optim.md#sft) on the committed mini mixture
+"""End-to-end tests of SFT (chat_sft, dev/docs/optim.md#sft) on the committed mini mixture
 dev/data/sft_mini_tokens (the conversations dev/data/sft.py renders from dev/data/sft_mini with the embedded
 tokenizer): a tiny base model trained for a few steps, then fine-tuned for one epoch of conversations. The
 masked validation loss falls; ChatCORE runs at the end on the embedded bundle; the run resumes bit for bit;
@@ -13,6 +13,7 @@ Standard library only.
 """
 import json
 import os
+import shlex
 import shutil
 import struct
 import sys
@@ -22,12 +23,22 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import xsatest  # noqa: E402
 from xsatest import binary, check_one_error, read, run  # noqa: E402
 import test_e2e  # noqa: E402  (train_gpt, rejects, train_losses)
-from test_e2e import train_gpt, rejects, train_losses  # noqa: E402
+from test_e2e import train_gpt, train_losses  # noqa: E402
 
 MINI = "dev/data/sft_mini_tokens"
 # a base model of the embedded tokenizer's vocabulary, rows of 128 tokens: the mini conversations fit
 BASE = "-d 1 --dim 32 --heads 2 -t 128 -b 2 -B 512 --warmup-steps 2 --eval-every 5 --eval-tokens 512 --sample-every -1 -x 1"
 SFT_EVAL = "--eval-every 5 --eval-tokens 2048"
+
+
+def chat_sft(args):
+    """./chat_sft with `args` split as the shell would: (exit code, output)."""
+    return run([binary("chat_sft")] + shlex.split(args))
+
+
+def rejects(test, args, expect):
+    """chat_sft ARGS must exit 1 with one line "error: ...EXPECT..." on stderr."""
+    check_one_error(test, [binary("chat_sft")] + shlex.split(args), expect, "chat_sft " + args)
 
 
 def metric_lines(path, kind):
@@ -48,12 +59,12 @@ class TestSft(xsatest.TempDirTest):
         self.base = self.path("base", "ckpt_000004.safetensors")
 
     def test_run_lowers_loss_and_resumes(self):
-        """train_gpt --sft MINI --init-from BASE_CHECKPOINT: one epoch, the masked val bpb falls, the optimizer
+        """chat_sft --sft MINI --init-from BASE_CHECKPOINT: one epoch, the masked val bpb falls, the optimizer
         warm-started, XSA as the base run's; --resume from step 5 gives the same weights and losses bit for bit"""
         a, b = self.path("a"), self.path("b")
         os.mkdir(b)
         flags = "--sft %s %s --save-every 5" % (MINI, SFT_EVAL)
-        code, out = train_gpt(flags + " --init-from %s -o %s --export-safetensors %s" % (self.base, self.q("a"), self.q("a", "final.safetensors")))
+        code, out = chat_sft(flags + " --init-from %s -o %s --export-safetensors %s" % (self.base, self.q("a"), self.q("a", "final.safetensors")))
         evals = metric_lines(os.path.join(a, "metrics.jsonl"), "eval")
         steps = len(metric_lines(os.path.join(a, "metrics.jsonl"), "train"))
         chatcore = metric_lines(os.path.join(a, "metrics.jsonl"), "chatcore")
@@ -70,37 +81,38 @@ class TestSft(xsatest.TempDirTest):
         for name in ("ckpt_000005.safetensors", "metrics.jsonl"):
             if os.path.exists(os.path.join(a, name)):
                 shutil.copy(os.path.join(a, name), b)
-        code_b, out_b = train_gpt(flags + " --resume %s --export-safetensors %s" % (self.q("b"), self.q("b", "final.safetensors")))
+        code_b, out_b = chat_sft(flags + " --resume %s --export-safetensors %s" % (self.q("b"), self.q("b", "final.safetensors")))
         final_a, final_b = read(os.path.join(a, "final.safetensors")), read(os.path.join(b, "final.safetensors"))
         losses_a = train_losses(read(os.path.join(a, "metrics.jsonl")).decode())
         losses_b = train_losses(read(os.path.join(b, "metrics.jsonl")).decode())
-        with self.subTest("--sft --resume from step 5: final weights bit-identical, train losses identical"):
+        with self.subTest("chat_sft --resume from step 5: final weights bit-identical, train losses identical"):
             self.assertTrue(code_b == 0 and final_a != b"" and final_a == final_b and len(losses_a) == steps and losses_a == losses_b,
                             "exit %d, weights %s, losses %s; output:\n%s" % (code_b, "same" if final_a == final_b else "DIFFER",
                                                                              "same" if losses_a == losses_b else "DIFFER", out_b[-3000:]))
-        rejects(self, "--resume %s" % self.q("b"), "resume with the same model and optimizer flags")  # an SFT run resumed as base training
+        test_e2e.rejects(self, "--resume %s" % self.q("b"), "resume with the same model and optimizer flags")  # an SFT run resumed by train_gpt
         rejects(self, "--sft %s --resume %s" % (MINI, self.q("base")), "is a checkpoint of base training")
 
     def test_ranks(self):
-        """--sft --ranks 2: each rank packs its own stride of the conversations; the step count (the first rank to finish
+        """chat_sft --ranks 2: each rank packs its own stride of the conversations; the step count (the first rank to finish
         an epoch), the lr (the largest progress) and the update agree over the ranks (train_gpt checks the weights)"""
-        code, out = train_gpt("--sft %s --init-from %s --ranks 2 %s --chatcore-every -1" % (MINI, self.base, SFT_EVAL))
+        code, out = chat_sft("--sft %s --init-from %s --ranks 2 %s --chatcore-every -1" % (MINI, self.base, SFT_EVAL))
         self.assertTrue(code == 0 and "(one epoch)" in out and "val bpb" in out, "exit %d; output:\n%s" % (code, out[-3000:]))
 
     def test_exported_weights(self):
         """--init-from exported weights: the total batch must be given (-B), and the optimizer starts fresh, with a warning"""
         weights = self.path("base", "weights.safetensors")
         rejects(self, "--sft %s --init-from %s -n 2" % (MINI, weights), "give SFT's with -B")
-        code, out = train_gpt("--sft %s --init-from %s -n 2 -B 512 %s" % (MINI, weights, SFT_EVAL))
+        code, out = chat_sft("--sft %s --init-from %s -n 2 -B 512 %s" % (MINI, weights, SFT_EVAL))
         self.assertTrue(code == 0 and "holds no optimizer state" in out and "2 steps (-n)" in out, "exit %d; output:\n%s" % (code, out[-3000:]))
 
     def test_bad_options_and_files(self):
         """bad options and conversation files: exit 1, one error line"""
         sft = "--sft %s --init-from %s" % (MINI, self.base)
-        rejects(self, "--sft " + MINI, "--sft needs --init-from")
-        rejects(self, sft + " -d 2", "-d cannot be set with --sft")
-        rejects(self, sft + " -x 0.5", "-x cannot be set with --sft")
-        rejects(self, "--init-lr-frac 0.5", "is an SFT option")
+        rejects(self, "--sft " + MINI, "chat_sft needs --init-from")
+        rejects(self, "--init-from " + self.base, "chat_sft needs --sft DIR")
+        rejects(self, sft + " -d 2", "unknown option '-d'")  # the model and its training settings come from the base run
+        rejects(self, sft + " -x 0.5", "unknown option '-x'")
+        test_e2e.rejects(self, "--init-lr-frac 0.5", "unknown option '--init-lr-frac'")  # SFT's options are chat_sft's alone
         rejects(self, sft + " --init-lr-frac 0", "--init-lr-frac must be > 0")
         rejects(self, "--sft %s --init-from %s" % (self.q("missing"), self.base), "cannot open conversation file")
         good = read(os.path.join(xsatest.REPO, MINI, "sft_train.bin"))

@@ -1,6 +1,6 @@
 /*
 chat.cpp: talk with a model that went through SFT, in nanochat's chat format.
-    make chat && ./chat -e CHECKPOINT [-t 0.6] [-k 50] [-n 256] [-p "one question"]
+    make chat_cli && ./chat_cli -e CHECKPOINT [-t 0.6] [-k 50] [-n 256] [-p "one question"]
 Each user turn is <|user_start|> text <|user_end|>, then <|assistant_start|>, and the model answers until
 it writes <|assistant_end|> (or <|bos|>, or -n tokens); the answer and <|assistant_end|> join the
 conversation, and the next turn sees all of it (the whole conversation is one sequence, BOS first, as
@@ -11,6 +11,8 @@ by <|output_start|> 0.2 <|output_end|>, forced in (train_gpt.cu: CalculatorTool)
 */
 #define TRAIN_GPT_NO_MAIN  // use train_gpt.cu as a library: everything but main()
 #include "../train_gpt.cu"
+#include "generation_args.h"
+#include "tool.h"
 
 #include <iostream>
 
@@ -43,7 +45,7 @@ int main(int argc, char** argv) {
         else return parse_generation_flag(&a, flag, value);
         return true;
     });
-    validate_generation_args(a, "chat");
+    validate_generation_args(a, "chat_cli");
 
     backend_init(nullptr);
     GPT model;
