@@ -369,93 +369,20 @@ static ParamCounts count_params(const GPTConfig& config) {
     return pc;
 }
 
-// Who updates what (dev/docs/optim.md#the-sharded-optimizer). nanochat's distributed MuonAdamW splits the
-// optimizer's work and state over the ranks, ZeRO-2 style: a Muon group's K matrices (every block matrix of
-// one shape) go to the ranks in blocks of chunk = ceil(K / shards), rank r updating matrices r·chunk ..
-// (r+1)·chunk - 1 (so the last ranks may get none); an AdamW tensor of >= 1024 elements whose rows divide by
-// the shards is split by rows (rank r: rows r·rows/shards ..); a smaller one every rank updates whole. A
-// rank reduces only the gradients it needs, keeps optimizer state only for what it updates, and takes the
-// rest of the updated parameters from their ranks. With shards = 1, rank 0 updates everything: the
-// replicated optimizer, whose state layout is the checkpoints'.
-struct OptimizerLayout {
-    std::vector<bool> muon;                   // per tensor: updated by Muon
-    std::vector<std::vector<size_t>> groups;  // the Muon groups (tensor indices, table order)
-    std::vector<int> owner;                   // per tensor: the rank that updates it, -1: split by rows, or every rank (AdamW)
-    std::vector<RankRange> owners;            // the parameters (offsets into the flat buffers) by the rank that updates them
-    std::vector<size_t> first_owner;          // per tensor (and one past the last): tensor i's ranges are owners[first_owner[i] ..]
-    std::vector<size_t> own_begin, own_end;   // per tensor: the elements this rank updates
-    std::vector<size_t> state_m, state_v;     // per tensor: where its state is in this rank's (AdamW m and v; Muon momentum and NorMuon state)
-    std::vector<size_t> full_m, full_v;       // the same in the checkpoint's layout: the whole state, as with shards = 1
-    size_t state_floats = 0, full_state_floats = 0;
-};
-
-static OptimizerLayout optimizer_layout(const std::vector<ParamTensor>& table, bool adamw_only, int shards, int rank) {
-    OptimizerLayout L;
-    const size_t n = table.size();
-    L.muon.resize(n);
-    L.owner.assign(n, -1);
-    L.own_begin.assign(n, 0);
-    L.own_end.assign(n, 0);
-    for (size_t i = 0; i < n; i++) {
-        L.muon[i] = param_group(table[i].name) == GROUP_MATRIX && !adamw_only;
-        if (!L.muon[i]) continue;
-        if (table[i].shape.size() != 2) fail("internal: block parameter %s is not a matrix", table[i].name.c_str());
-        size_t g = 0;
-        while (g < L.groups.size() && table[L.groups[g][0]].shape != table[i].shape) g++;
-        if (g == L.groups.size()) L.groups.emplace_back();
-        L.groups[g].push_back(i);
-    }
-    for (const std::vector<size_t>& group : L.groups) {
-        const size_t chunk = (group.size() + shards - 1) / shards;
-        for (size_t k = 0; k < group.size(); k++) L.owner[group[k]] = (int)(k / chunk);
-    }
-    for (size_t i = 0; i < n; i++) {
-        const ParamTensor& t = table[i];
-        L.first_owner.push_back(L.owners.size());
-        if (L.muon[i]) {
-            L.owners.push_back({t.offset, t.offset + t.numel, L.owner[i]});
-            L.own_end[i] = L.owner[i] == rank ? t.numel : 0;
-        } else if (shards > 1 && t.numel >= 1024 && t.shape[0] % shards == 0) {
-            const size_t slice = t.numel / shards;
-            for (int r = 0; r < shards; r++) L.owners.push_back({t.offset + r * slice, t.offset + (r + 1) * slice, r});
-            L.own_begin[i] = rank * slice;
-            L.own_end[i] = (rank + 1) * slice;
-        } else {
-            L.owners.push_back({t.offset, t.offset + t.numel, -1});
-            L.own_end[i] = t.numel;
-        }
-    }
-    L.first_owner.push_back(L.owners.size());
-    // the state: the AdamW tensors' (m, v) in table order, then each Muon group's momentum (K, rows, cols) and
-    // NorMuon state (K, rows or cols); a rank's holds only its part, the checkpoint's all of it
-    auto lay_out = [&](bool full, std::vector<size_t>* m, std::vector<size_t>* v) {
-        m->assign(n, 0);
-        v->assign(n, 0);
-        size_t offset = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (L.muon[i]) continue;
-            const size_t len = full ? table[i].numel : L.own_end[i] - L.own_begin[i];
-            (*m)[i] = offset;
-            (*v)[i] = offset + len;
-            offset += 2 * len;
-        }
-        for (const std::vector<size_t>& group : L.groups) {
-            std::vector<size_t> kept;
-            for (size_t i : group)
-                if (full || L.owner[i] == rank) kept.push_back(i);
-            const size_t matrix = table[group[0]].numel, ns = normuon_state_size((int)table[group[0]].shape[0], (int)table[group[0]].shape[1]);
-            for (size_t k = 0; k < kept.size(); k++) {
-                (*m)[kept[k]] = offset + k * matrix;
-                (*v)[kept[k]] = offset + kept.size() * matrix + k * ns;
-            }
-            offset += kept.size() * (matrix + ns);
-        }
-        return offset;
-    };
-    L.state_floats = lay_out(false, &L.state_m, &L.state_v);
-    L.full_state_floats = lay_out(true, &L.full_m, &L.full_v);
-    return L;
+// The buckets of the overlapped gradient reduction, in the order the backward finishes them: 0 lm_head and
+// backout_lambda (the backward's first gradients), 1 + (n_layer - 1 - l) layer l's matrices and value
+// embedding (done when its backward is), n_layer + 1 the rest (wte, the lambdas, smear: done at the end).
+static int gradient_bucket(const std::string& name, int n_layer) {
+    if (name == "lm_head.weight" || name == "backout_lambda") return 0;
+    for (const char* prefix : {"transformer.h.", "value_embeds."})
+        if (name.rfind(prefix, 0) == 0) return 1 + (n_layer - 1 - atoi(name.c_str() + strlen(prefix)));
+    return n_layer + 1;
 }
+
+// Who updates what when the ranks share the optimizer's work and state (nanochat's ZeRO-2 MuonAdamW; one
+// rank: everything): the layout, the gradient buckets of the overlapped reduction, the state gathered for
+// a checkpoint and dealt out on resume
+#include "llmc/zero.cuh"
 
 // Training FLOPs per token: 6 * matmul params + 12 * H * D * min(window, T) per layer (causality not halved)
 static double flops_per_token(const GPTConfig& c) {
@@ -678,16 +605,6 @@ struct GPT {
     bool marking = false;
 #endif
 };
-
-// The buckets of the overlapped gradient reduction, in the order the backward finishes them: 0 lm_head and
-// backout_lambda (the backward's first gradients), 1 + (n_layer - 1 - l) layer l's matrices and value
-// embedding (done when its backward is), n_layer + 1 the rest (wte, the lambdas, smear: done at the end).
-static int gradient_bucket(const std::string& name, int n_layer) {
-    if (name == "lm_head.weight" || name == "backout_lambda") return 0;
-    for (const char* prefix : {"transformer.h.", "value_embeds."})
-        if (name.rfind(prefix, 0) == 0) return 1 + (n_layer - 1 - atoi(name.c_str() + strlen(prefix)));
-    return n_layer + 1;
-}
 
 // Says that gradient bucket `bucket` is final (the overlapped reduction may start on it): CUDA, while marking.
 static void gpt_mark_gradients(GPT* model, int bucket) {
@@ -1290,13 +1207,7 @@ static void optimizer_overlap_reduction(Optimizer* opt, GPT* model) {
 #ifdef __CUDACC__
     if (g_ranks.world == 1) return;
     const int L = model->config.n_layer;
-    const OptimizerLayout& layout = opt->layout;
-    opt->buckets.assign(L + 2, {});
-    for (size_t i = 0; i < model->table.size(); i++)
-        for (size_t k = layout.first_owner[i]; k < layout.first_owner[i + 1]; k++) {
-            const RankRange& r = layout.owners[k];  // sharded: each part to its rank; replicated: every part to every rank
-            opt->buckets[gradient_bucket(model->table[i].name, L)].push_back({r.begin, r.end, opt->shards > 1 ? r.owner : -1});
-        }
+    opt->buckets = zero_gradient_buckets(opt->layout, model->table, L, opt->shards);
     model->grad_marks.assign(L + 1, nullptr);
     for (cudaEvent_t& e : model->grad_marks) cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&opt->backward_done, cudaEventDisableTiming));
@@ -1392,46 +1303,17 @@ static void optimizer_step(Optimizer* opt, GPT* model, const UpdateSchedule& s) 
     opt->step++;
 }
 
-// The whole optimizer state in the checkpoints' layout (OptimizerLayout::full_m/full_v), on rank 0 (the
-// others return nothing); every rank calls it. Sharded, each part comes from the rank that holds it,
-// through model->grads (free between steps: the next step starts by zeroing it).
+// The whole optimizer state in the checkpoints' layout, on rank 0 (zero_gather_state); every rank calls it.
 static std::vector<float> optimizer_full_state(const Optimizer* opt, GPT* model) {
-    const OptimizerLayout& L = opt->layout;
-    std::vector<float> full(g_ranks.rank == 0 ? L.full_state_floats : 0);
-    float* scratch = model->grads;
-    for (size_t i = 0; i < model->table.size(); i++) {
-        const ParamTensor& t = model->table[i];
-        const size_t own = L.own_end[i] - L.own_begin[i];
-        const size_t second = L.muon[i] ? normuon_state_size((int)t.shape[0], (int)t.shape[1]) : t.numel;
-        const struct { float* mine; size_t len, full_at; } parts[2] = {{opt->m[i], t.numel, L.full_m[i]}, {opt->v[i], second, L.full_v[i]}};
-        for (const auto& part : parts) {
-            if (own > 0) backend_copy(scratch + L.own_begin[i], part.mine, (L.muon[i] ? part.len : own) * sizeof(float));
-            std::vector<RankRange> from;  // the part's elements by the rank that holds them (-1: every rank)
-            for (size_t k = L.first_owner[i]; k < L.first_owner[i + 1]; k++) {
-                const RankRange& r = L.owners[k];
-                from.push_back({r.begin - t.offset, L.muon[i] ? part.len : r.end - t.offset, r.owner});
-            }
-            if (opt->shards > 1) ranks_exchange_floats(scratch, from, RANKS_BROADCAST);
-            if (g_ranks.rank == 0) backend_download(full.data() + part.full_at, scratch, part.len * sizeof(float));
-        }
-    }
-    return full;
+    return zero_gather_state(opt->layout, model->table, opt->m, opt->v, model->grads, opt->shards);
 }
 
-// Loads this rank's part of a whole optimizer state (checkpoint layout, L.full_state_floats values) read
-// from `source`.
+// Loads this rank's part of a whole optimizer state (checkpoint layout) read from `source`.
 static void optimizer_load_state(Optimizer* opt, const GPT* model, const SafetensorsFile& f, const std::string& source) {
-    const OptimizerLayout& L = opt->layout;
-    const float* full = f.get_f32("optimizer.state", L.full_state_floats);
-    if (first_non_finite(full, L.full_state_floats) < L.full_state_floats) fail("'%s': optimizer.state holds a non-finite value", source.c_str());
-    for (size_t i = 0; i < model->table.size(); i++) {
-        const ParamTensor& t = model->table[i];
-        const size_t own = L.own_end[i] - L.own_begin[i];
-        if (own == 0) continue;
-        const size_t second = L.muon[i] ? normuon_state_size((int)t.shape[0], (int)t.shape[1]) : own;
-        backend_upload(opt->m[i], full + L.full_m[i] + L.own_begin[i], own * sizeof(float));
-        backend_upload(opt->v[i], full + L.full_v[i] + L.own_begin[i], second * sizeof(float));
-    }
+    const float* full = f.get_f32("optimizer.state", opt->layout.full_state_floats);
+    if (first_non_finite(full, opt->layout.full_state_floats) < opt->layout.full_state_floats)
+        fail("'%s': optimizer.state holds a non-finite value", source.c_str());
+    zero_scatter_state(opt->layout, model->table, opt->m, opt->v, full);
 }
 
 // The training plan (dev/docs/optim.md#the-training-plan): the horizon from the param:data ratio, the batch
@@ -1783,86 +1665,9 @@ static void print_samples(GPT* model, const Tokenizer* tok, int step) {
     }
 }
 
-// Several ranks score disjoint items of a task; this gives every rank all the verdicts and option losses
-// (an item's entries are non-zero on the one rank that scored it, so the sums are exact).
-static void core_share_results(const CoreTask& task, CoreTaskResult* r) {
-    auto options = [&](size_t i) { return task.type == CORE_LANGUAGE_MODELING ? (size_t)0 : task.items[i].prompts.size(); };
-    std::vector<double> flat;  // per item: the verdict, then the option losses
-    for (size_t i = 0; i < r->correct.size(); i++) {
-        const bool scored = (int)i % g_ranks.world == g_ranks.rank;
-        flat.push_back(scored ? r->correct[i] : 0);
-        for (size_t o = 0; o < options(i); o++) flat.push_back(scored ? r->option_loss[i][o] : 0.0);
-    }
-    ranks_sum_doubles(flat.data(), flat.size());
-    for (size_t i = 0, k = 0; i < r->correct.size(); i++) {
-        r->correct[i] = (int)flat[k++];
-        r->option_loss[i].assign(flat.begin() + k, flat.begin() + k + options(i));
-        k += options(i);
-    }
-}
-
-// CORE (dev/docs/evaluation.md#core): each prompt of an item is a row, right-padded with BOS (rows are independent under
-// causal attention, so the padding changes nothing before it); consecutive items share one forward, up to
-// CORE_BATCH_ROWS rows, so that a GPU is not left waiting on one small batch after another. The per-position
-// losses and greedy predictions are scored by core.h. max_per_task > 0 evaluates the first items of each task.
-// With several ranks, rank r scores the items r, r + ranks, ... and core_share_results gathers the verdicts.
-static const int CORE_BATCH_ROWS = 32;
-
-static CoreResult core_evaluate(GPT* model, const std::vector<CoreTask>& tasks, int max_per_task) {
-    CoreResult result;
-    long all_items = 0, items_done = 0;
-    for (const CoreTask& task : tasks) all_items += max_per_task > 0 ? std::min<long>(max_per_task, (long)task.items.size()) : (long)task.items.size();
-    Progress progress = progress_start("CORE", "items", all_items);
-    for (const CoreTask& task : tasks) {
-        CoreTaskResult r;
-        r.label = task.label;
-        r.type = task.type;
-        r.random_baseline = task.random_baseline;
-        const int n_items = max_per_task > 0 ? std::min<int>(max_per_task, (int)task.items.size()) : (int)task.items.size();
-        std::vector<int> mine;  // the items this rank scores: every world-th
-        for (int i = g_ranks.rank; i < n_items; i += g_ranks.world) mine.push_back(i);
-        r.correct.assign(n_items, 0);
-        r.option_loss.assign(n_items, {});
-        for (int first = 0, end = 0; first < (int)mine.size(); first = end) {
-            // the items mine[first, end) of this forward: at least one, then as many as fit in the rows
-            int rows = 0, T = 0;
-            for (end = first; end < (int)mine.size() && (end == first || rows + (int)task.items[mine[end]].prompts.size() <= CORE_BATCH_ROWS); end++) {
-                rows += (int)task.items[mine[end]].prompts.size();
-                for (const CorePrompt& p : task.items[mine[end]].prompts) T = std::max(T, (int)p.tokens.size());
-            }
-            std::vector<int> idx((size_t)rows * T, task.bos_id), targets((size_t)rows * T, task.bos_id);
-            int row = 0;
-            for (int k = first; k < end; k++)
-                for (const CorePrompt& p : task.items[mine[k]].prompts) {
-                    std::copy(p.tokens.begin(), p.tokens.end(), idx.begin() + (size_t)row * T);
-                    std::copy(p.tokens.begin() + 1, p.tokens.end(), targets.begin() + (size_t)row * T);
-                    row++;
-                }
-            gpt_forward(model, idx.data(), targets.data(), rows, T);
-            row = 0;
-            for (int k = first; k < end; k++) {
-                const int i = mine[k];
-                const CoreItem& item = task.items[i];
-                const int B = (int)item.prompts.size();
-                std::vector<std::vector<float>> losses(B, std::vector<float>(T));
-                std::vector<std::vector<int>> argmax(B, std::vector<int>(T, -1));  // only the answer positions are needed
-                for (int b = 0; b < B; b++, row++) {
-                    for (int t = 0; t < T; t++) losses[b][t] = model->losses_host[(size_t)row * T + t];
-                    if (task.type == CORE_LANGUAGE_MODELING)
-                        for (int t = item.prompts[b].span_start - 1; t < item.prompts[b].span_end - 1; t++)
-                            argmax[b][t] = gpt_argmax(model, (size_t)row * T + t);
-                }
-                r.correct[i] = core_score_item(task, item, losses, argmax, &r.option_loss[i]) ? 1 : 0;
-            }
-            progress_update(&progress, items_done + (long)mine[end - 1] + 1);
-        }
-        items_done += n_items;
-        if (g_ranks.world > 1) core_share_results(task, &r);
-        result.tasks.push_back(r);
-    }
-    core_finish(&result);
-    return result;
-}
+// CORE (llmc/core_evaluate.h): the batched forwards whose per-position losses and predictions
+// llmc/core.h scores
+#include "llmc/core_evaluate.h"
 
 // ----------------------------------------------------------------------------------------------------
 // Checkpoints (llmc/checkpoint.h, nanochat's checkpoint_manager): the parameters, the optimizer state, the
@@ -1871,7 +1676,10 @@ static CoreResult core_evaluate(GPT* model, const std::vector<CoreTask>& tasks, 
 #include "llmc/checkpoint.h"
 
 // ----------------------------------------------------------------------------------------------------
-// Command line
+// Command line: the trainer's options; what it shares with chat/chat_sft.cu (Args, the output, ranks and
+// debugging options, the parser) is llmc/args.h
+
+#include "llmc/args.h"
 
 static const char* const USAGE =
         "usage: train_gpt [options]   (every option takes a value: -d 12, --depth 12 or --depth=12)\n"
@@ -1935,92 +1743,6 @@ static const char* const USAGE =
         "                         (default dev/data/core_tasks, the small bundle for the embedded corpus)\n"
         "  --progress-every S     while an evaluation or CORE runs, a progress line every S seconds (30)\n";
 
-// The options train_gpt and chat/chat_sft.cu share (parse_run_flag): output, ranks, debugging
-static const char* const RUN_USAGE =
-        "Output\n"
-        "  -o, --output DIR       write DIR/metrics.jsonl and checkpoints DIR/ckpt_STEP.safetensors\n"
-        "  --save-every N         checkpoint every N steps (default -1: only at the end); needs -o\n"
-        "  --resume DIR           continue from the latest checkpoint in DIR, bit-identically (same flags)\n"
-        "  --allow-other-data 0|1 with --resume: continue on training shards other than the checkpoint's (default 0)\n"
-        "  --init-from FILE       start from the weights of a safetensors file (nanochat names)\n"
-        "  --export-safetensors FILE  write the final weights as safetensors (nanochat names, fp32)\n"
-        "Distributed\n"
-        "  --ranks N              data parallel over N ranks: N GPUs (CUDA, with NCCL) or N processes (CPU);\n"
-        "                         each rank trains on its share of every step's batch (default 1); across\n"
-        "                         nodes, start one process per rank with mpirun, srun or a torchrun-style\n"
-        "                         launcher instead (dev/docs/multinode.md)\n"
-        "  --rendezvous FILE      ranks started by a launcher without MPI (RANK, WORLD_SIZE, LOCAL_RANK set)\n"
-        "                         meet in FILE, a path every rank can reach (CPU: on this machine)\n"
-        "  --shard-optimizer 0|1  with several ranks, split the optimizer's work and state over them as nanochat\n"
-        "                         does (ZeRO-2; default 1), or let every rank run all of it (0); the same result\n"
-        "  --overlap-reduce 0|1   CUDA with several ranks: sum each layer's gradient over the ranks while the\n"
-        "                         backward goes on (default 1), or after it (0); the same result\n"
-        "Debugging (CUDA backend; no effect on the CPU)\n"
-        "  --xsa-fused 0|1        XSA inside attention's kernels (default 1) or as its own kernels\n"
-        "  --cuda-graphs 0|1      replay each training micro-step as a CUDA graph (default 1)\n"
-        "  --matmul-tune 0|1      time cuBLASLt's candidate algorithms for each GEMM of the first micro-step and\n"
-        "                         keep the fastest (default 1; checkpoints record the choice), or take the\n"
-        "                         heuristic's first (0: two fresh runs then match bit for bit)\n"
-        "  -h, --help             this text\n";
-
-// The documented option nearest to an unknown one, from the program's usage text, so the list of options
-// has one source; "" if none is near: an edit distance (letter case free) of at most a third of the
-// option's length, and 3.
-static std::string nearest_option(const std::string& usage, const std::string& unknown) {
-    std::string best;
-    size_t best_distance = SIZE_MAX;
-    for (size_t i = usage.find("\n  -"); i != std::string::npos; i = usage.find("\n  -", i + 1)) {
-        size_t p = i + 3;
-        while (p < usage.size() && usage[p] == '-') {  // "-d, --depth N": every option name on the line
-            const size_t end = usage.find_first_of(" ,=\n", p);
-            const std::string name = usage.substr(p, end - p);
-            std::vector<size_t> row(name.size() + 1);  // Levenshtein distance, one row at a time
-            for (size_t j = 0; j <= name.size(); j++) row[j] = j;
-            for (size_t a = 1; a <= unknown.size(); a++) {
-                size_t diagonal = row[0];
-                row[0] = a;
-                for (size_t j = 1; j <= name.size(); j++) {
-                    const size_t change = tolower((unsigned char)unknown[a - 1]) != tolower((unsigned char)name[j - 1]);
-                    const size_t next = std::min({row[j] + 1, row[j - 1] + 1, diagonal + change});
-                    diagonal = row[j];
-                    row[j] = next;
-                }
-            }
-            if (row[name.size()] < best_distance && row[name.size()] <= std::min<size_t>(3, name.size() / 3))
-                best_distance = row[name.size()], best = name;
-            p = usage.compare(end, 2, ", ") == 0 ? end + 2 : usage.size();
-        }
-    }
-    return best;
-}
-
-struct Args {
-    GPTConfig config;
-    OptimArgs optim;
-    std::string train_pattern = "dev/data/devil/train_*.bin", val_pattern = "dev/data/devil/val_*.bin";
-    std::string tokenizer_path = "dev/data/devil/tokenizer.bin";
-    std::string output_dir, resume_dir, init_from, export_path;
-    bool allow_other_data = false;
-    int batch = -1;  // -1: default_batch
-    int steps = -1;
-    uint64_t seed = 42;
-    int eval_every = 250;
-    long eval_tokens = 80L * 524288;
-    int sample_every = 2000;
-    int save_every = -1;
-    bool xsa_fused = true;
-    bool cuda_graphs = true;
-    bool matmul_tune = true;
-    int ranks = 1;
-    std::string rendezvous;
-    bool shard_optimizer = true;
-    bool overlap_reduce = true;
-    int core_every = 2000;
-    int core_max_per_task = 500;
-    std::string core_dir = "dev/data/core_tasks";
-    float progress_every = 30.0f;  // seconds
-};
-
 // Without -i, -j and --tokenizer: the ClimbMix shards dev/data/climbmix.py wrote into its default directory
 // (~/.cache/xsa-train/climbmix, or $XSA_DATA_DIR), when they are there, with the CORE task files that
 // dev/data/core.py made for them in its core/ (else CORE is off: the embedded tasks belong to the embedded
@@ -2043,83 +1765,6 @@ static void default_data(Args* args, bool core_given) {
         printf("CORE: off, no task files in %s/core (make them: python3 dev/data/core.py --bundle-zip --tokenizer %s/tokenizer.bin "
                "--out %s/core --max-per-task %d)\n", dir.c_str(), dir.c_str(), dir.c_str(), args->core_max_per_task);
     }
-}
-
-// The ranks that share the optimizer's work: all of them, unless --shard-optimizer 0.
-static int optimizer_shards(const Args& a) { return a.shard_optimizer ? g_ranks.world : 1; }
-
-// The command line of train_gpt and chat_sft: every option takes a value (-d 12, --depth 12 or --depth=12);
-// -h / --help prints `usage` and exits 0; handle(flag, value) returns false for an unknown option, which is
-// refused with the documented option nearest to it. Returns the options given, in order.
-template <typename Handler>
-static std::vector<std::string> parse_command_line(int argc, char** argv, const std::string& usage, Handler handle) {
-    std::vector<std::string> given;
-    for (int i = 1; i < argc; i++) {
-        std::string flag = argv[i];
-        if (flag == "-h" || flag == "--help") {
-            fputs(usage.c_str(), stdout);
-            exit(0);
-        }
-        std::string inline_value;  // --name=value is the same as --name value
-        const size_t eq = flag.find('=');
-        const bool has_inline = flag.rfind("--", 0) == 0 && eq != std::string::npos;
-        if (has_inline) {
-            inline_value = flag.substr(eq + 1);
-            flag = flag.substr(0, eq);
-        } else if (i + 1 >= argc) fail("option %s needs a value (see --help)", flag.c_str());
-        const char* value = has_inline ? inline_value.c_str() : argv[++i];
-        given.push_back(flag);
-        if (*value == '\0') fail("option %s needs a value, got an empty one", flag.c_str());
-        if (handle(flag, value)) continue;
-        if (const std::string near = nearest_option(usage, flag); !near.empty())
-            fail("unknown option '%s'; did you mean %s? (see --help)", flag.c_str(), near.c_str());
-        fail("unknown option '%s' (see --help)", flag.c_str());
-    }
-    return given;
-}
-
-// A value given must be valid: -1 never silently means "the default".
-static long at_least(const char* flag, long v, long lo) {
-    if (v < lo) fail("%s must be >= %ld, got %ld", flag, lo, v);
-    return v;
-}
-
-// The options both programs take (RUN_USAGE, and the batch, steps, evaluation and tokenizer options each
-// documents in its own words); false for any other.
-static bool parse_run_flag(Args* args, const std::string& flag, const char* value) {
-    const char* f = flag.c_str();
-    if (flag == "-b" || flag == "--batch") args->batch = (int)at_least(f, parse_int32(f, value), 1);
-    else if (flag == "-B" || flag == "--total-batch") args->optim.total_batch = at_least(f, parse_int(f, value), 1);
-    else if (flag == "-n" || flag == "--steps") args->steps = (int)at_least(f, parse_int32(f, value), 0);
-    else if (flag == "--tokenizer") args->tokenizer_path = value;
-    else if (flag == "--eval-every") args->eval_every = parse_int32(f, value);
-    else if (flag == "--eval-tokens") args->eval_tokens = parse_int(f, value);
-    else if (flag == "--progress-every") args->progress_every = parse_float(f, value);
-    else if (flag == "-o" || flag == "--output") args->output_dir = value;
-    else if (flag == "--save-every") args->save_every = parse_int32(f, value);
-    else if (flag == "--resume") args->resume_dir = value;
-    else if (flag == "--allow-other-data") args->allow_other_data = parse_bool(f, value);
-    else if (flag == "--init-from") args->init_from = value;
-    else if (flag == "--export-safetensors") args->export_path = value;
-    else if (flag == "--ranks") args->ranks = parse_int32(f, value);
-    else if (flag == "--rendezvous") args->rendezvous = value;
-    else if (flag == "--shard-optimizer") args->shard_optimizer = parse_bool(f, value);
-    else if (flag == "--overlap-reduce") args->overlap_reduce = parse_bool(f, value);
-    else if (flag == "--xsa-fused") args->xsa_fused = parse_bool(f, value);
-    else if (flag == "--cuda-graphs") args->cuda_graphs = parse_bool(f, value);
-    else if (flag == "--matmul-tune") args->matmul_tune = parse_bool(f, value);
-    else return false;
-    return true;
-}
-
-// The checks of parse_run_flag's values.
-static void check_run_args(const Args& args) {
-    if (args.ranks < 1 || args.ranks > MAX_RANKS) fail("--ranks must be in [1, %d], got %d", MAX_RANKS, args.ranks);
-    if (args.eval_every < 1) fail("--eval-every must be >= 1, got %d", args.eval_every);
-    if (args.eval_tokens < 1) fail("--eval-tokens must be >= 1, got %ld", args.eval_tokens);
-    if (!(args.progress_every > 0.0f)) fail("--progress-every must be > 0 seconds, got %g", args.progress_every);
-    if (args.save_every < 1 && args.save_every != -1) fail("--save-every must be >= 1 or -1, got %d", args.save_every);
-    if (args.save_every > 0 && args.output_dir.empty() && args.resume_dir.empty()) fail("--save-every needs -o DIR for the checkpoints");
 }
 
 static Args parse_args(int argc, char** argv) {

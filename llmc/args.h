@@ -1,0 +1,169 @@
+// args.h: the command line of the two training programs, train_gpt and chat/chat_sft.cu: what a run is
+// given (Args), the options both take (output, ranks, debugging; batch, steps and evaluation, which each
+// documents in its own words), and the parser (every option takes a value; an unknown one is answered with
+// the nearest documented one). Each program keeps its own options and usage beside its main. Part of
+// train_gpt.cu, included after the optimizer (Args holds the model's and the optimizer's settings).
+#pragma once
+
+// The options train_gpt and chat/chat_sft.cu share (parse_run_flag): output, ranks, debugging
+static const char* const RUN_USAGE =
+        "Output\n"
+        "  -o, --output DIR       write DIR/metrics.jsonl and checkpoints DIR/ckpt_STEP.safetensors\n"
+        "  --save-every N         checkpoint every N steps (default -1: only at the end); needs -o\n"
+        "  --resume DIR           continue from the latest checkpoint in DIR, bit-identically (same flags)\n"
+        "  --allow-other-data 0|1 with --resume: continue on training shards other than the checkpoint's (default 0)\n"
+        "  --init-from FILE       start from the weights of a safetensors file (nanochat names)\n"
+        "  --export-safetensors FILE  write the final weights as safetensors (nanochat names, fp32)\n"
+        "Distributed\n"
+        "  --ranks N              data parallel over N ranks: N GPUs (CUDA, with NCCL) or N processes (CPU);\n"
+        "                         each rank trains on its share of every step's batch (default 1); across\n"
+        "                         nodes, start one process per rank with mpirun, srun or a torchrun-style\n"
+        "                         launcher instead (dev/docs/multinode.md)\n"
+        "  --rendezvous FILE      ranks started by a launcher without MPI (RANK, WORLD_SIZE, LOCAL_RANK set)\n"
+        "                         meet in FILE, a path every rank can reach (CPU: on this machine)\n"
+        "  --shard-optimizer 0|1  with several ranks, split the optimizer's work and state over them as nanochat\n"
+        "                         does (ZeRO-2; default 1), or let every rank run all of it (0); the same result\n"
+        "  --overlap-reduce 0|1   CUDA with several ranks: sum each layer's gradient over the ranks while the\n"
+        "                         backward goes on (default 1), or after it (0); the same result\n"
+        "Debugging (CUDA backend; no effect on the CPU)\n"
+        "  --xsa-fused 0|1        XSA inside attention's kernels (default 1) or as its own kernels\n"
+        "  --cuda-graphs 0|1      replay each training micro-step as a CUDA graph (default 1)\n"
+        "  --matmul-tune 0|1      time cuBLASLt's candidate algorithms for each GEMM of the first micro-step and\n"
+        "                         keep the fastest (default 1; checkpoints record the choice), or take the\n"
+        "                         heuristic's first (0: two fresh runs then match bit for bit)\n"
+        "  -h, --help             this text\n";
+
+// The documented option nearest to an unknown one, from the program's usage text, so the list of options
+// has one source; "" if none is near: an edit distance (letter case free) of at most a third of the
+// option's length, and 3.
+static std::string nearest_option(const std::string& usage, const std::string& unknown) {
+    std::string best;
+    size_t best_distance = SIZE_MAX;
+    for (size_t i = usage.find("\n  -"); i != std::string::npos; i = usage.find("\n  -", i + 1)) {
+        size_t p = i + 3;
+        while (p < usage.size() && usage[p] == '-') {  // "-d, --depth N": every option name on the line
+            const size_t end = usage.find_first_of(" ,=\n", p);
+            const std::string name = usage.substr(p, end - p);
+            std::vector<size_t> row(name.size() + 1);  // Levenshtein distance, one row at a time
+            for (size_t j = 0; j <= name.size(); j++) row[j] = j;
+            for (size_t a = 1; a <= unknown.size(); a++) {
+                size_t diagonal = row[0];
+                row[0] = a;
+                for (size_t j = 1; j <= name.size(); j++) {
+                    const size_t change = tolower((unsigned char)unknown[a - 1]) != tolower((unsigned char)name[j - 1]);
+                    const size_t next = std::min({row[j] + 1, row[j - 1] + 1, diagonal + change});
+                    diagonal = row[j];
+                    row[j] = next;
+                }
+            }
+            if (row[name.size()] < best_distance && row[name.size()] <= std::min<size_t>(3, name.size() / 3))
+                best_distance = row[name.size()], best = name;
+            p = usage.compare(end, 2, ", ") == 0 ? end + 2 : usage.size();
+        }
+    }
+    return best;
+}
+
+struct Args {
+    GPTConfig config;
+    OptimArgs optim;
+    std::string train_pattern = "dev/data/devil/train_*.bin", val_pattern = "dev/data/devil/val_*.bin";
+    std::string tokenizer_path = "dev/data/devil/tokenizer.bin";
+    std::string output_dir, resume_dir, init_from, export_path;
+    bool allow_other_data = false;
+    int batch = -1;  // -1: default_batch
+    int steps = -1;
+    uint64_t seed = 42;
+    int eval_every = 250;
+    long eval_tokens = 80L * 524288;
+    int sample_every = 2000;
+    int save_every = -1;
+    bool xsa_fused = true;
+    bool cuda_graphs = true;
+    bool matmul_tune = true;
+    int ranks = 1;
+    std::string rendezvous;
+    bool shard_optimizer = true;
+    bool overlap_reduce = true;
+    int core_every = 2000;
+    int core_max_per_task = 500;
+    std::string core_dir = "dev/data/core_tasks";
+    float progress_every = 30.0f;  // seconds
+};
+
+// The ranks that share the optimizer's work: all of them, unless --shard-optimizer 0.
+static int optimizer_shards(const Args& a) { return a.shard_optimizer ? g_ranks.world : 1; }
+
+// The command line of train_gpt and chat_sft: every option takes a value (-d 12, --depth 12 or --depth=12);
+// -h / --help prints `usage` and exits 0; handle(flag, value) returns false for an unknown option, which is
+// refused with the documented option nearest to it. Returns the options given, in order.
+template <typename Handler>
+static std::vector<std::string> parse_command_line(int argc, char** argv, const std::string& usage, Handler handle) {
+    std::vector<std::string> given;
+    for (int i = 1; i < argc; i++) {
+        std::string flag = argv[i];
+        if (flag == "-h" || flag == "--help") {
+            fputs(usage.c_str(), stdout);
+            exit(0);
+        }
+        std::string inline_value;  // --name=value is the same as --name value
+        const size_t eq = flag.find('=');
+        const bool has_inline = flag.rfind("--", 0) == 0 && eq != std::string::npos;
+        if (has_inline) {
+            inline_value = flag.substr(eq + 1);
+            flag = flag.substr(0, eq);
+        } else if (i + 1 >= argc) fail("option %s needs a value (see --help)", flag.c_str());
+        const char* value = has_inline ? inline_value.c_str() : argv[++i];
+        given.push_back(flag);
+        if (*value == '\0') fail("option %s needs a value, got an empty one", flag.c_str());
+        if (handle(flag, value)) continue;
+        if (const std::string near = nearest_option(usage, flag); !near.empty())
+            fail("unknown option '%s'; did you mean %s? (see --help)", flag.c_str(), near.c_str());
+        fail("unknown option '%s' (see --help)", flag.c_str());
+    }
+    return given;
+}
+
+// A value given must be valid: -1 never silently means "the default".
+static long at_least(const char* flag, long v, long lo) {
+    if (v < lo) fail("%s must be >= %ld, got %ld", flag, lo, v);
+    return v;
+}
+
+// The options both programs take (RUN_USAGE, and the batch, steps, evaluation and tokenizer options each
+// documents in its own words); false for any other.
+static bool parse_run_flag(Args* args, const std::string& flag, const char* value) {
+    const char* f = flag.c_str();
+    if (flag == "-b" || flag == "--batch") args->batch = (int)at_least(f, parse_int32(f, value), 1);
+    else if (flag == "-B" || flag == "--total-batch") args->optim.total_batch = at_least(f, parse_int(f, value), 1);
+    else if (flag == "-n" || flag == "--steps") args->steps = (int)at_least(f, parse_int32(f, value), 0);
+    else if (flag == "--tokenizer") args->tokenizer_path = value;
+    else if (flag == "--eval-every") args->eval_every = parse_int32(f, value);
+    else if (flag == "--eval-tokens") args->eval_tokens = parse_int(f, value);
+    else if (flag == "--progress-every") args->progress_every = parse_float(f, value);
+    else if (flag == "-o" || flag == "--output") args->output_dir = value;
+    else if (flag == "--save-every") args->save_every = parse_int32(f, value);
+    else if (flag == "--resume") args->resume_dir = value;
+    else if (flag == "--allow-other-data") args->allow_other_data = parse_bool(f, value);
+    else if (flag == "--init-from") args->init_from = value;
+    else if (flag == "--export-safetensors") args->export_path = value;
+    else if (flag == "--ranks") args->ranks = parse_int32(f, value);
+    else if (flag == "--rendezvous") args->rendezvous = value;
+    else if (flag == "--shard-optimizer") args->shard_optimizer = parse_bool(f, value);
+    else if (flag == "--overlap-reduce") args->overlap_reduce = parse_bool(f, value);
+    else if (flag == "--xsa-fused") args->xsa_fused = parse_bool(f, value);
+    else if (flag == "--cuda-graphs") args->cuda_graphs = parse_bool(f, value);
+    else if (flag == "--matmul-tune") args->matmul_tune = parse_bool(f, value);
+    else return false;
+    return true;
+}
+
+// The checks of parse_run_flag's values.
+static void check_run_args(const Args& args) {
+    if (args.ranks < 1 || args.ranks > MAX_RANKS) fail("--ranks must be in [1, %d], got %d", MAX_RANKS, args.ranks);
+    if (args.eval_every < 1) fail("--eval-every must be >= 1, got %d", args.eval_every);
+    if (args.eval_tokens < 1) fail("--eval-tokens must be >= 1, got %ld", args.eval_tokens);
+    if (!(args.progress_every > 0.0f)) fail("--progress-every must be > 0 seconds, got %g", args.progress_every);
+    if (args.save_every < 1 && args.save_every != -1) fail("--save-every must be >= 1 or -1, got %d", args.save_every);
+    if (args.save_every > 0 && args.output_dir.empty() && args.resume_dir.empty()) fail("--save-every needs -o DIR for the checkpoints");
+}
