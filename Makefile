@@ -1,7 +1,8 @@
 # xsa-train build. `make train_gpt` picks the backend for this machine. `make test` builds the CPU
-# binaries and runs the test suites (dev/test/run_tests.py): the C++ suite test_xsa, the end-to-end tests
-# of the binaries and the tests of the Python tools; it needs only a C++ compiler, make and python3 (the
-# tests that need dev/data/requirements.txt are skipped without it). `make test-all` (CI) adds every CUDA
+# binaries and runs the test suites (dev/test/run_tests.py): the C++ suites test_xsa (the numerics) and
+# dev/test/test_infra (the infrastructure), the end-to-end tests of the binaries and the tests of the
+# Python tools; it needs only a C++ compiler, make and python3 (the tests that need
+# dev/data/requirements.txt are skipped without it). `make test-all` (CI) adds every CUDA
 # target compiled where nvcc exists (warnings are errors), and the CUDA suite on a GPU or the CUDA
 # kernels on the CPU emulator where there is none.
 
@@ -42,7 +43,7 @@ PYTHON ?= python3
 
 .PHONY: chat-tools all test test-all test_cuda cuda_targets gpu_binaries bench clean train_gpt emu_test fuzz fuzz-build fuzz-seeds test-sanitize
 
-all: train_gpt_cpu eval_core test_xsa_cpu
+all: train_gpt_cpu eval_core test_xsa_cpu test_infra_cpu
 
 # The backend that suits this machine, and which one it is.
 train_gpt:
@@ -80,8 +81,12 @@ train_gpt_cpu: train_gpt.cu $(HEADERS)
 eval_core: eval_core.cpp train_gpt.cu $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) eval_core.cpp -o $@
 
-test_xsa_cpu: test_xsa.cu train_gpt.cu $(HEADERS)
+test_xsa_cpu: test_xsa.cu dev/test/check.h train_gpt.cu $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) -x c++ test_xsa.cu -o $@
+
+# the infrastructure's C++ tests (data, SFT packing, resume, --ranks 2, CORE, ChatCORE): CPU only
+test_infra_cpu: dev/test/test_infra.cu dev/test/check.h train_gpt.cu $(HEADERS)
+	$(CXX) $(CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) -I. -x c++ dev/test/test_infra.cu -o $@
 
 train_gpt_cuda: train_gpt.cu $(HEADERS)
 	$(NVCC) $(NVCCFLAGS) train_gpt.cu -o $@ $(CUDA_LIBS) $(MPIFLAGS)
@@ -89,7 +94,7 @@ train_gpt_cuda: train_gpt.cu $(HEADERS)
 eval_core_cuda: eval_core.cpp train_gpt.cu $(HEADERS)
 	$(NVCC) $(NVCCFLAGS) $(NVCC_LIBFLAGS) -x cu eval_core.cpp -o $@ $(CUDA_LIBS)
 
-test_xsa_cuda: test_xsa.cu train_gpt.cu $(HEADERS)
+test_xsa_cuda: test_xsa.cu dev/test/check.h train_gpt.cu $(HEADERS)
 	$(NVCC) $(NVCCFLAGS) $(NVCC_LIBFLAGS) -x cu test_xsa.cu -o $@ $(CUDA_LIBS)
 
 # text -> token ids with llmc/tokenizer.h's encoder, for its tests (dev/data/test_encoder.py) and benchmark
@@ -132,7 +137,7 @@ gpu_binaries: $(GPU_BINARIES)
 $(GPU_BIN)/train_gpt_cuda: train_gpt.cu $(HEADERS)
 	@mkdir -p $(GPU_BIN)
 	$(NVCC) $(GPU_NVCCFLAGS) train_gpt.cu -o $@ $(CUDA_LIBS)
-$(GPU_BIN)/test_xsa_cuda: test_xsa.cu train_gpt.cu $(HEADERS)
+$(GPU_BIN)/test_xsa_cuda: test_xsa.cu dev/test/check.h train_gpt.cu $(HEADERS)
 	@mkdir -p $(GPU_BIN)
 	$(NVCC) $(GPU_NVCCFLAGS) $(NVCC_LIBFLAGS) -x cu test_xsa.cu -o $@ $(CUDA_LIBS)
 $(GPU_BIN)/bench_fwdbwd_cuda: dev/bench/bench_fwdbwd.cu train_gpt.cu $(HEADERS)
@@ -150,14 +155,15 @@ $(GPU_BIN)/%_check: dev/cuda/%_check.cu dev/cuda/check_util.cuh $(HEADERS)
 $(GPU_BIN)/train_gpt_cpu: train_gpt.cu $(HEADERS)
 	@mkdir -p $(GPU_BIN)
 	$(CXX) $(GPU_CXXFLAGS) $(OMPFLAGS) -x c++ train_gpt.cu -o $@
-$(GPU_BIN)/test_xsa_cpu: test_xsa.cu train_gpt.cu $(HEADERS)
+$(GPU_BIN)/test_xsa_cpu: test_xsa.cu dev/test/check.h train_gpt.cu $(HEADERS)
 	@mkdir -p $(GPU_BIN)
 	$(CXX) $(GPU_CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) -x c++ test_xsa.cu -o $@
 
 # The suites, one PASS/FAIL/SKIP line per check, a subtotal per suite and one closing line
 # "N passed, N failed[, N skipped]" over all of them (dev/test/run_tests.py): ./test_xsa_cpu (the
-# numerics), dev/test/test_e2e.py (the binaries end to end) and the Python tools' tests (dev/**/test_*.py).
-test: test_xsa_cpu train_gpt_cpu eval_core $(CHAT_TOOLS) dev/data/bin/tokenize dev/data/bin/calc
+# numerics), ./test_infra_cpu (the infrastructure), dev/test/test_e2e.py (the binaries end to end) and
+# the Python tools' tests (dev/**/test_*.py).
+test: test_xsa_cpu test_infra_cpu train_gpt_cpu eval_core $(CHAT_TOOLS) dev/data/bin/tokenize dev/data/bin/calc
 	$(PYTHON) dev/test/run_tests.py
 
 # test's suites, plus: every CUDA target compiled where nvcc exists (cuda_targets, one check), and
@@ -165,7 +171,7 @@ test: test_xsa_cpu train_gpt_cpu eval_core $(CHAT_TOOLS) dev/data/bin/tokenize d
 # (emu_test's targets, one check each; the real CUDA tests: dev/gpu_check.sh on a GPU machine).
 # (CUDA_COMPILE is not written as $(MAKE) in the recipe: that would make `make -n test-all` run the tests.)
 CUDA_COMPILE = $(MAKE) --no-print-directory cuda_targets
-test-all: test_xsa_cpu train_gpt_cpu eval_core $(CHAT_TOOLS) dev/data/bin/tokenize dev/data/bin/calc
+test-all: test_xsa_cpu test_infra_cpu train_gpt_cpu eval_core $(CHAT_TOOLS) dev/data/bin/tokenize dev/data/bin/calc
 	$(PYTHON) dev/test/run_tests.py $(if $(HAS_NVCC),--compile '$(CUDA_COMPILE)') \
 	    $(if $(and $(HAS_GPU),$(HAS_NVCC)),--cuda ./test_xsa_cuda,--emu '$(EMU_TEST_TARGETS)')
 
@@ -180,7 +186,7 @@ bench: dev/bench/bench_fwdbwd dev/bench/bench_cpu_kernels
 	bash dev/bench/cpu_vs_torch.sh
 
 clean:
-	rm -rf train_gpt train_gpt_cpu train_gpt_cuda eval_core eval_core_cuda test_xsa_cpu test_xsa_cuda $(CHAT_TOOLS) chat_sft_cuda \
+	rm -rf train_gpt train_gpt_cpu train_gpt_cuda eval_core eval_core_cuda test_xsa_cpu test_xsa_cuda test_infra_cpu $(CHAT_TOOLS) chat_sft_cuda \
 	       dev/bench/bench_fwdbwd dev/bench/bench_fwdbwd_cuda dev/bench/bench_cpu_kernels dev/cuda/bin dev/fuzz/bin dev/fuzz/artifacts build/sanitize dev/data/bin
 
 # The CUDA code on the CPU emulator (dev/cuda/emu/README.md), no GPU needed: the emulator's self-test and
@@ -221,7 +227,7 @@ fuzz-seeds: fuzz-build
 	$(PYTHON) dev/fuzz/make_seeds.py
 
 # ----------------------------------------------------------------------------------------------------
-# The C++ suite and the binaries' end-to-end tests (dev/test/test_*.py, dev/data/test_encoder.py) on builds with AddressSanitizer
+# The C++ suites and the binaries' end-to-end tests (dev/test/test_*.py, dev/data/test_encoder.py) on builds with AddressSanitizer
 # and UndefinedBehaviorSanitizer (any report is fatal), in build/sanitize/ so that the normal binaries stay
 # as they are. The tests find the binaries through XSA_BIN_DIR; every report also goes to
 # build/sanitize/reports/, which must stay empty (one more check). Ends with "N passed, N failed". About 1 minute
@@ -229,7 +235,7 @@ fuzz-seeds: fuzz-build
 SAN_DIR = build/sanitize
 SANFLAGS = -O2 -g -march=native -std=c++17 -fno-trapping-math -Wall -Wextra -Werror -fno-omit-frame-pointer \
            -fsanitize=address,undefined -fno-sanitize-recover=undefined
-SAN_BINS = $(SAN_DIR)/train_gpt_cpu $(SAN_DIR)/eval_core $(SAN_DIR)/test_xsa_cpu $(addprefix $(SAN_DIR)/,$(CHAT_TOOLS)) \
+SAN_BINS = $(SAN_DIR)/train_gpt_cpu $(SAN_DIR)/eval_core $(SAN_DIR)/test_xsa_cpu $(SAN_DIR)/test_infra_cpu $(addprefix $(SAN_DIR)/,$(CHAT_TOOLS)) \
            $(SAN_DIR)/dev/data/bin/tokenize
 # exitcode 86: a report is never mistaken for a rejected input (exit 1); leaks are not checked (fail()
 # exits with live allocations by design, and libgomp keeps its own)
@@ -253,9 +259,13 @@ $(SAN_DIR)/chat_sft: chat/chat_sft.cu train_gpt.cu $(HEADERS)
 	@mkdir -p $(SAN_DIR)
 	$(CXX) $(SANFLAGS) $(LIBFLAGS) $(OMPFLAGS) -x c++ chat/chat_sft.cu -o $@ $(MPIFLAGS)
 
-$(SAN_DIR)/test_xsa_cpu: test_xsa.cu train_gpt.cu $(HEADERS)
+$(SAN_DIR)/test_xsa_cpu: test_xsa.cu dev/test/check.h train_gpt.cu $(HEADERS)
 	@mkdir -p $(SAN_DIR)
 	$(CXX) $(SANFLAGS) $(LIBFLAGS) $(OMPFLAGS) -x c++ test_xsa.cu -o $@
+
+$(SAN_DIR)/test_infra_cpu: dev/test/test_infra.cu dev/test/check.h train_gpt.cu $(HEADERS)
+	@mkdir -p $(SAN_DIR)
+	$(CXX) $(SANFLAGS) $(LIBFLAGS) $(OMPFLAGS) -I. -x c++ dev/test/test_infra.cu -o $@
 
 # (the path under SAN_DIR is the normal one, where the encoder's tests look with XSA_BIN_DIR set)
 $(SAN_DIR)/dev/data/bin/tokenize: dev/data/tokenize.cpp $(HEADERS)
@@ -264,5 +274,5 @@ $(SAN_DIR)/dev/data/bin/tokenize: dev/data/tokenize.cpp $(HEADERS)
 
 test-sanitize: $(SAN_BINS)
 	rm -rf $(SAN_DIR)/reports && mkdir -p $(SAN_DIR)/reports
-	$(SAN_ENV) $(PYTHON) dev/test/run_tests.py --cpp $(SAN_DIR)/test_xsa_cpu --python 'dev/test/test_*.py' --python dev/data/test_encoder.py \
+	$(SAN_ENV) $(PYTHON) dev/test/run_tests.py --cpp $(SAN_DIR)/test_xsa_cpu --cpp $(SAN_DIR)/test_infra_cpu --python 'dev/test/test_*.py' --python dev/data/test_encoder.py \
 	    --sanitizer-logs $(SAN_DIR)/reports

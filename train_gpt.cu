@@ -1,12 +1,15 @@
 /*
-train_gpt.cu: nanochat's GPT with parameterized Exclusive Self-Attention (XSA), in one file.
+train_gpt.cu: nanochat's GPT with parameterized Exclusive Self-Attention (XSA), and its trainer.
 
 The same source builds two ways (dev/docs/design.md): with g++ as the CPU backend (fp32, OpenMP), and
 with nvcc as the CUDA backend (bf16, cuBLASLt, our kernels). Each op lives in the header named after it
 (llmc/, and xsa.cuh, muon.cuh, adamw.cuh here), with its CPU version (the readable statement of the
 math) beside its CUDA twin. This file reads top to bottom as the model, then the trainer: configuration,
 parameters, activations and their memory plan, forward, backward, optimizer, the training step,
-evaluation, checkpoints, command line, main.
+evaluation, command line, run set-up, the loop, main. Five parts of it live in llmc/ headers that it
+includes where their section would be (they use the model's types): the sharded optimizer's bookkeeping
+(zero.cuh), generation (engine.h), CORE's forwards (core_evaluate.h), checkpoints (checkpoint.h) and the
+command line it shares with chat/chat_sft.cu (args.h). chat/ builds nanochat's chat half on this file.
 
 Model (nanochat a825e63 and later; every formula in dev/docs/model.md), per token:
   x = norm(wte[idx]);  x = smear(x);  x0 = x
@@ -16,8 +19,8 @@ Model (nanochat a825e63 and later; every formula in dev/docs/model.md), per toke
     q, k = 1.2 norm(rope(q)), 1.2 norm(rope(k));  y = causal windowed attention(q, k, v)
     z = y - alpha_h * proj_v(y)  (XSA layers; alpha_h fixed, or tanh(a_h) learned);  x = x + z Wproj^T
     x = x + relu(norm(x) Wfc^T)^2 Wmlp^T
-    if i == L/2: x_backout = x
-  x = norm(x - backout_lambda * x_backout);  logits = 15 tanh(x lm_head^T / 15);  loss = cross-entropy
+    if i == L/2: x_half = x
+  x = norm(x - backout_lambda * x_half);  logits = 15 tanh(x lm_head^T / 15);  loss = cross-entropy
 */
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -237,7 +240,8 @@ struct ParamTensor {
 };
 
 struct LayerWeights {
-    float* c_q;          // (H*D, C)        c_q, c_k, c_v adjacent: one ((H + 2 Hkv) D, C) matrix W_qkv
+    float* qkv;          // ((H + 2 Hkv) D, C)  W_qkv: c_q, c_k, c_v, adjacent, as one matrix (the one GEMM of q | k | v)
+    float* c_q;          // (H*D, C)
     float* c_k;          // (Hkv*D, C)
     float* c_v;          // (Hkv*D, C)
     float* c_proj;       // (C, H*D)
@@ -296,34 +300,34 @@ static std::vector<ParamTensor> param_table(const GPTConfig& c) {
 
 // Points `w` at the tensors of a buffer laid out by param_table (called for parameters and gradients).
 static void point_weights(Weights* w, float* base, const GPTConfig& c, const std::vector<ParamTensor>& table) {
-    auto at = [&](const std::string& name) -> float* {
+    auto tensor = [&](const std::string& name) -> float* {
         for (const ParamTensor& t : table)
             if (t.name == name) return base + t.offset;
         return nullptr;
     };
-    w->wte = at("transformer.wte.weight");
-    w->lm_head = at("lm_head.weight");
-    w->resid_lambdas = at("resid_lambdas");
-    w->x0_lambdas = at("x0_lambdas");
-    w->smear_gate = at("smear_gate.weight");
-    w->smear_lambda = at("smear_lambda");
-    w->backout_lambda = at("backout_lambda");
+    w->wte = tensor("transformer.wte.weight");
+    w->lm_head = tensor("lm_head.weight");
+    w->resid_lambdas = tensor("resid_lambdas");
+    w->x0_lambdas = tensor("x0_lambdas");
+    w->smear_gate = tensor("smear_gate.weight");
+    w->smear_lambda = tensor("smear_lambda");
+    w->backout_lambda = tensor("backout_lambda");
     w->h.resize(c.n_layer);
     for (int l = 0; l < c.n_layer; l++) {
         std::string p = "transformer.h." + std::to_string(l) + ".";
         LayerWeights& lw = w->h[l];
-        lw.c_q = at(p + "attn.c_q.weight");
-        lw.c_k = at(p + "attn.c_k.weight");
-        lw.c_v = at(p + "attn.c_v.weight");
+        lw.qkv = lw.c_q = tensor(p + "attn.c_q.weight");
+        lw.c_k = tensor(p + "attn.c_k.weight");
+        lw.c_v = tensor(p + "attn.c_v.weight");
         // one GEMM multiplies by the three at once (block_forward_qkv): param_table adds them in a row
         if (lw.c_k != lw.c_q + (size_t)c.n_head * c.head_dim * c.n_embd || lw.c_v != lw.c_k + (size_t)c.n_kv_head * c.head_dim * c.n_embd)
             fail("internal: layer %d's c_q, c_k, c_v are not adjacent", l);
-        lw.c_proj = at(p + "attn.c_proj.weight");
-        lw.xsa_logit = at(p + "attn.xsa_logit");
-        lw.ve_gate = at(p + "attn.ve_gate.weight");
-        lw.c_fc = at(p + "mlp.c_fc.weight");
-        lw.mlp_proj = at(p + "mlp.c_proj.weight");
-        lw.value_embed = at("value_embeds." + std::to_string(l) + ".weight");
+        lw.c_proj = tensor(p + "attn.c_proj.weight");
+        lw.xsa_logit = tensor(p + "attn.xsa_logit");
+        lw.ve_gate = tensor(p + "attn.ve_gate.weight");
+        lw.c_fc = tensor(p + "mlp.c_fc.weight");
+        lw.mlp_proj = tensor(p + "mlp.c_proj.weight");
+        lw.value_embed = tensor("value_embeds." + std::to_string(l) + ".weight");
     }
 }
 
@@ -436,7 +440,7 @@ struct Acts {
     float* losses;      // (N)     0 where the target is ignored
     float* loss_scale;  // (1)     grad_scale / targets not ignored (loss_mean_scale), set by the backward
     // backward scratch (shared by all layers); d_q, d_k, d_v in d_qkv (N, (H + 2 Hkv) D), laid out as qkv
-    floatX *d_res, *d_x0, *d_backout, *d_h, *d_qkv, *d_q, *d_k, *d_v, *d_y, *d_fc, *d_ve;
+    floatX *d_res, *d_x0, *d_backout, *d_h, *d_qkv, *d_q, *d_k, *d_v, *d_z, *d_fc, *d_ve;
     float* d_xsa_alpha;  // (N, H)  per-token shares of dL/dalpha; learnable XSA only
 };
 
@@ -498,7 +502,7 @@ static void carve_acts(Acts* a, Carver* cv, const GPTConfig& c, int B, int T) {
     a->d_q = a->d_qkv;
     a->d_k = within(a->d_qkv, qd);
     a->d_v = within(a->d_qkv, qd + kvd);
-    a->d_y = cv->take<floatX>(N * qd);
+    a->d_z = cv->take<floatX>(N * qd);
     a->d_fc = cv->take<floatX>(N * 4 * C);
     a->d_ve = cv->take<floatX>(N * kvd);
     a->d_xsa_alpha = c.xsa_learnable ? cv->take<float>(N * c.n_head) : nullptr;
@@ -661,6 +665,9 @@ static void gpt_free(GPT* model) {
 #endif
     *model = GPT();
 }
+
+// The copy of a weight that the matmuls read: params_mm's (bf16 on CUDA; on the CPU the master itself)
+static const floatX* matmul_weight(const GPT* model, const float* master) { return model->params_mm + (master - model->params); }
 
 // After the masters changed (optimizer step, loading): refresh what is computed from them: the matmuls'
 // bf16 copy (CUDA; on the CPU the matmuls read the masters) and a learnable XSA alpha, tanh of its logits.
@@ -865,14 +872,13 @@ static void block_forward_qkv(GPT* model, int l, const floatX* x, size_t N) {
     const LayerWeights& lw = model->w.h[l];
     LayerActs& la = a.layer[l];
     const int C = c.n_embd;
-    const QKVStrides at = qkv_fused(c.n_head, c.n_kv_head, c.head_dim);
-    auto mm = [&](const float* master) { return model->params_mm + (master - model->params); };  // a weight's matmul copy
+    const QKVStrides strides = qkv_fused(c.n_head, c.n_kv_head, c.head_dim);
     backend_phase("forward: lambda mix, norm, q k v, value embeds, rotary + QK-norm");
     lambda_mix_forward(la.x_mix, x, a.x0, &model->w.resid_lambdas[l], &model->w.x0_lambdas[l], N * C);
     rmsnorm_forward(la.h, la.rstd1, la.x_mix, N, C, 1.0f);
-    matmul_forward(la.qkv, la.h, mm(lw.c_q), N, C, (int)at.q);  // W_qkv: c_q, c_k, c_v in a row
+    matmul_forward(la.qkv, la.h, matmul_weight(model, lw.qkv), N, C, (int)strides.q);
     if (layer_has_ve(c, l))
-        value_embed_forward(la.v, at.kv, la.ve_gate, la.h, lw.ve_gate, lw.value_embed, a.idx, N, C, c.n_kv_head, c.head_dim);
+        value_embed_forward(la.v, strides.kv, la.ve_gate, la.h, lw.ve_gate, lw.value_embed, a.idx, N, C, c.n_kv_head, c.head_dim);
 }
 
 // Layer l after attention: x_attn = x_mix + z W_proj^T, then the MLP branch: x_out = x_attn + MLP(norm(x_attn)).
@@ -881,14 +887,13 @@ static void block_forward_output_mlp(GPT* model, int l, size_t N) {
     const LayerWeights& lw = model->w.h[l];
     LayerActs& la = model->acts.layer[l];
     const int C = c.n_embd, qd = c.n_head * c.head_dim;
-    auto mm = [&](const float* master) { return model->params_mm + (master - model->params); };
     backend_phase("forward: attention output projection");
-    matmul_forward_add(la.x_attn, la.z, mm(lw.c_proj), la.x_mix, N, qd, C);
+    matmul_forward_add(la.x_attn, la.z, matmul_weight(model, lw.c_proj), la.x_mix, N, qd, C);
     backend_phase("forward: norm, MLP");
     rmsnorm_forward(la.h2, la.rstd2, la.x_attn, N, C, 1.0f);
-    matmul_forward(la.fc, la.h2, mm(lw.c_fc), N, C, 4 * C);
+    matmul_forward(la.fc, la.h2, matmul_weight(model, lw.c_fc), N, C, 4 * C);
     relu2_forward(la.act, la.fc, N * 4 * C);
-    matmul_forward_add(la.x_out, la.act, mm(lw.mlp_proj), la.x_attn, N, 4 * C, C);
+    matmul_forward_add(la.x_out, la.act, matmul_weight(model, lw.mlp_proj), la.x_attn, N, 4 * C, C);
 }
 
 // After the last layer (its output x): backout, final norm, lm_head (only the first V rows: padded rows
@@ -901,7 +906,7 @@ static void gpt_forward_head(GPT* model, const floatX* x, size_t N, bool with_ta
     backend_copy(a.x_backout, x, N * C * sizeof(floatX));
     scaled_add(a.x_backout, model->w.backout_lambda, -1.0f, a.layer[c.n_layer / 2].x_out, N * C);
     rmsnorm_forward(a.x_final, a.rstd_f, a.x_backout, N, C, 1.0f);
-    matmul_forward(a.logits, a.x_final, model->params_mm + (model->w.lm_head - model->params), N, C, V);
+    matmul_forward(a.logits, a.x_final, matmul_weight(model, model->w.lm_head), N, C, V);
     if (with_targets) softcap_crossentropy_forward(a.losses, a.logits, a.targets, N, V, SOFTCAP);
     else softcap(a.logits, N * V, SOFTCAP);
 }
@@ -916,7 +921,7 @@ static void gpt_forward_pass(GPT* model, bool with_targets) {
     const int B = model->B, T = model->T;
     const size_t N = (size_t)B * T;
     const int C = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim;
-    const QKVStrides at = qkv_fused(H, Hkv, D);
+    const QKVStrides strides = qkv_fused(H, Hkv, D);
 
     // embedding, norm, smear (backend_phase: the benchmark's breakdown of the step; nothing otherwise)
     backend_phase("forward: embedding, norm, smear");
@@ -928,10 +933,10 @@ static void gpt_forward_pass(GPT* model, bool with_targets) {
     for (int l = 0; l < c.n_layer; l++) {
         LayerActs& la = a.layer[l];
         block_forward_qkv(model, l, x, N);
-        rotary_rmsnorm_forward(la.q, at.q, la.q_rstd, model->rope_cos, model->rope_sin, B, T, H, D, QK_SCALE);
-        rotary_rmsnorm_forward(la.k, at.kv, la.k_rstd, model->rope_cos, model->rope_sin, B, T, Hkv, D, QK_SCALE);
+        rotary_rmsnorm_forward(la.q, strides.q, la.q_rstd, model->rope_cos, model->rope_sin, B, T, H, D, QK_SCALE);
+        rotary_rmsnorm_forward(la.k, strides.kv, la.k_rstd, model->rope_cos, model->rope_sin, B, T, Hkv, D, QK_SCALE);
         backend_phase("forward: attention (+ XSA)");
-        attention_xsa_forward(la.z, la.y, la.lse, la.q, la.k, la.v, at, B, T, H, Hkv, D, layer_window(c, l), layer_alpha(model, l));
+        attention_xsa_forward(la.z, la.y, la.lse, la.q, la.k, la.v, strides, B, T, H, Hkv, D, layer_window(c, l), layer_alpha(model, l));
         block_forward_output_mlp(model, l, N);
         x = la.x_out;
     }
@@ -971,15 +976,14 @@ static void gpt_backward(GPT* model, float grad_scale) {
     const size_t N = (size_t)B * T;
     const int C = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim, V = c.vocab_size;
     const int qd = H * D, kvd = Hkv * D;
-    const QKVStrides at = qkv_fused(H, Hkv, D);
+    const QKVStrides strides = qkv_fused(H, Hkv, D);
     const int backout_layer = c.n_layer / 2;
-    auto mm = [&](const float* master) { return model->params_mm + (master - model->params); };
 
     // loss -> logits -> final norm -> backout
     backend_phase("backward: loss, lm_head, norm, backout");
     loss_mean_scale(a.loss_scale, a.targets, N, grad_scale);
     softcap_crossentropy_backward(a.logits, a.targets, N, V, SOFTCAP, a.loss_scale);
-    matmul_backward(a.d_h, g.lm_head, a.logits, a.x_final, mm(w.lm_head), N, C, V, GRAD_OVERWRITE);
+    matmul_backward(a.d_h, g.lm_head, a.logits, a.x_final, matmul_weight(model, w.lm_head), N, C, V, GRAD_OVERWRITE);
     rmsnorm_backward(a.d_backout, a.d_h, a.x_final, a.rstd_f, N, C, 1.0f, GRAD_OVERWRITE);
     dot_accumulate(g.backout_lambda, -1.0f, a.d_backout, a.layer[backout_layer].x_out, N * C);
     backend_copy(a.d_res, a.d_backout, N * C * sizeof(floatX));
@@ -995,25 +999,25 @@ static void gpt_backward(GPT* model, float grad_scale) {
 
         // MLP branch: x_out = x_attn + relu(h2 Wfc^T)^2 Wmlp^T
         backend_phase("backward: MLP, norm");
-        matmul_backward(a.d_fc, lg.mlp_proj, a.d_res, la.act, mm(lw.mlp_proj), N, 4 * C, C, GRAD_OVERWRITE);
+        matmul_backward(a.d_fc, lg.mlp_proj, a.d_res, la.act, matmul_weight(model, lw.mlp_proj), N, 4 * C, C, GRAD_OVERWRITE);
         relu2_backward(a.d_fc, a.d_fc, la.fc, N * 4 * C);
-        matmul_backward(a.d_h, lg.c_fc, a.d_fc, la.h2, mm(lw.c_fc), N, C, 4 * C, GRAD_OVERWRITE);
+        matmul_backward(a.d_h, lg.c_fc, a.d_fc, la.h2, matmul_weight(model, lw.c_fc), N, C, 4 * C, GRAD_OVERWRITE);
         rmsnorm_backward(a.d_res, a.d_h, la.h2, la.rstd2, N, C, 1.0f, GRAD_ACCUMULATE);  // d_res: dL/dx_attn
 
         // attention branch: x_attn = x_mix + z Wproj^T
         backend_phase("backward: attention output projection");
-        matmul_backward(a.d_y, lg.c_proj, a.d_res, la.z, mm(lw.c_proj), N, qd, C, GRAD_OVERWRITE);  // d_y holds dL/dz
+        matmul_backward(a.d_z, lg.c_proj, a.d_res, la.z, matmul_weight(model, lw.c_proj), N, qd, C, GRAD_OVERWRITE);
         backend_phase("backward: attention (+ XSA)");
-        attention_xsa_backward(a.d_q, a.d_k, a.d_v, lg.xsa_logit ? a.d_xsa_alpha : nullptr, a.d_y, la.q, la.k, la.v, at, la.y, la.lse, B,
+        attention_xsa_backward(a.d_q, a.d_k, a.d_v, lg.xsa_logit ? a.d_xsa_alpha : nullptr, a.d_z, la.q, la.k, la.v, strides, la.y, la.lse, B,
                                T, H, Hkv, D, layer_window(c, l), layer_alpha(model, l));
         if (lg.xsa_logit) xsa_alpha_backward(lg.xsa_logit, a.d_xsa_alpha, layer_alpha(model, l), N, H);
         backend_phase("backward: rotary + QK-norm, q k v, value embeds, norm, lambda mix");
         // in place: d_q, d_k become the gradients of the rotary's inputs, so d_qkv is that of h W_qkv^T
-        rotary_rmsnorm_backward(a.d_q, a.d_q, la.q, at.q, la.q_rstd, model->rope_cos, model->rope_sin, B, T, H, D, QK_SCALE);
-        rotary_rmsnorm_backward(a.d_k, a.d_k, la.k, at.kv, la.k_rstd, model->rope_cos, model->rope_sin, B, T, Hkv, D, QK_SCALE);
-        matmul_backward(a.d_h, lg.c_q, a.d_qkv, la.h, mm(lw.c_q), N, C, qd + 2 * kvd, GRAD_OVERWRITE);  // W_qkv, as the forward
+        rotary_rmsnorm_backward(a.d_q, a.d_q, la.q, strides.q, la.q_rstd, model->rope_cos, model->rope_sin, B, T, H, D, QK_SCALE);
+        rotary_rmsnorm_backward(a.d_k, a.d_k, la.k, strides.kv, la.k_rstd, model->rope_cos, model->rope_sin, B, T, Hkv, D, QK_SCALE);
+        matmul_backward(a.d_h, lg.qkv, a.d_qkv, la.h, matmul_weight(model, lw.qkv), N, C, qd + 2 * kvd, GRAD_OVERWRITE);
         if (layer_has_ve(c, l)) {  // after the matmul: it adds the gate's gradient to d_h[:, :12]
-            value_embed_backward(a.d_ve, a.d_h, lg.ve_gate, a.d_v, at.kv, la.ve_gate, la.h, lw.ve_gate, lw.value_embed, a.idx, N, C, Hkv, D);
+            value_embed_backward(a.d_ve, a.d_h, lg.ve_gate, a.d_v, strides.kv, la.ve_gate, la.h, lw.ve_gate, lw.value_embed, a.idx, N, C, Hkv, D);
             embedding_backward(lg.value_embed, a.idx, a.d_ve, N, kvd);
         }
         rmsnorm_backward(a.d_res, a.d_h, la.h, la.rstd1, N, C, 1.0f, GRAD_ACCUMULATE);  // d_res: dL/dx_mix
@@ -1356,6 +1360,22 @@ static GPTConfig reference_d12(const GPTConfig& c) {
     return r;
 }
 
+// Each group's peak lr from the lr flags' values (dev/docs/optim.md#learning-rate-scaling): all x
+// batch_scale but the smear group's, the embeddings' and lm_head's x width_scale, value embeddings at half
+// the embedding lr, resid_lambdas at 1% of the scalar lr; everything x factor (SFT's init_lr_frac).
+static void set_group_lrs(OptimConfig* o, double unembedding, double embedding, double scalar, double smear, double xsa, double matrix,
+                          double batch_scale, double width_scale, double factor) {
+    const double b = batch_scale, d = width_scale, f = factor;
+    o->lr[GROUP_LM_HEAD] = (float)(unembedding * b * d * f);
+    o->lr[GROUP_WTE] = (float)(embedding * b * d * f);
+    o->lr[GROUP_VE] = (float)(embedding * b * d * 0.5 * f);
+    o->lr[GROUP_RESID] = (float)(scalar * b * 0.01 * f);
+    o->lr[GROUP_X0] = (float)(scalar * b * f);
+    o->lr[GROUP_SMEAR] = (float)(smear * f);
+    o->lr[GROUP_XSA] = (float)(xsa * b * f);
+    o->lr[GROUP_MATRIX] = (float)(matrix * b * f);
+}
+
 static TrainingPlan plan_training(const GPTConfig& model, const OptimArgs& a) {
     TrainingPlan plan;
     plan.target_tokens = floor((double)a.param_data_ratio * (double)count_params(model).scaling);
@@ -1373,14 +1393,7 @@ static TrainingPlan plan_training(const GPTConfig& model, const OptimArgs& a) {
     o.adamw_only = a.optimizer == "adamw";
     o.muon_eq = a.muon_eq;
     o.muon_plus = a.muon_plus;
-    o.lr[GROUP_LM_HEAD] = (float)(a.unembedding_lr * b * d);
-    o.lr[GROUP_WTE] = (float)(a.embedding_lr * b * d);
-    o.lr[GROUP_VE] = (float)(a.embedding_lr * b * d * 0.5);
-    o.lr[GROUP_RESID] = (float)(a.scalar_lr * b * 0.01);
-    o.lr[GROUP_X0] = (float)(a.scalar_lr * b);
-    o.lr[GROUP_SMEAR] = a.smear_lr;  // not batch-scaled (dev/docs/optim.md#learning-rate-scaling)
-    o.lr[GROUP_XSA] = (float)(a.xsa_lr * b);
-    o.lr[GROUP_MATRIX] = (float)((o.adamw_only ? a.adamw_matrix_lr : a.matrix_lr) * b);
+    set_group_lrs(&o, a.unembedding_lr, a.embedding_lr, a.scalar_lr, a.smear_lr, a.xsa_lr, o.adamw_only ? a.adamw_matrix_lr : a.matrix_lr, b, d, 1.0);
     o.muon_wd = (float)(a.weight_decay * b * (plan.reference_tokens / plan.target_tokens));
     o.matrix_adamw_wd = a.adamw_matrix_wd;
     o.num_iterations = plan.num_iterations;
@@ -1692,10 +1705,6 @@ static const char* const USAGE =
         "  --kv-heads N           key/value heads, GQA when < heads (default heads)\n"
         "  --head-dim N           channels per head (default 64; 128 gives nanochat's own shapes)\n"
         "  -t, --seq-len N        sequence length T (default 2048)\n"
-        "  --window-pattern S     per-layer windows, tiled: S short, L long; last layer always L (default SSSL)\n"
-        "  --short-window N       keys before the query in S layers (default ceil(T/4/128)*128)\n"
-        "  --value-embeds 0|1     value embeddings on alternating layers (default 1)\n"
-        "  --smear 0|1            smear the previous token's embedding (default 1)\n"
         "  --seed N               initialisation seed (default 42)\n"
         "XSA\n"
         "  -x, --xsa ALPHA        XSA strength in [0, 1] (default 0 = standard attention), or learn: one alpha\n"
@@ -1710,11 +1719,8 @@ static const char* const USAGE =
         "  --matrix-lr F          Muon lr (0.02)\n"
         "  --embedding-lr F       AdamW lr of wte (0.3; value embeddings get half)\n"
         "  --unembedding-lr F     AdamW lr of lm_head (0.008)\n"
-        "  --scalar-lr F          AdamW lr of x0_lambdas (0.5; resid_lambdas get 1%)\n"
-        "  --smear-lr F           AdamW lr of smear gate/lambda and backout lambda (0.2, not batch-scaled)\n"
         "  --weight-decay F       Muon cautious weight decay at d12 (0.28; cosine schedule, transferred by data size)\n"
         "  --adamw-matrix-lr F    with --optimizer adamw: matrix lr (0.003, batch-scaled; betas 0.9/0.95)\n"
-        "  --adamw-matrix-wd F    with --optimizer adamw: matrix weight decay (0.1)\n"
         "Batch and schedule\n"
         "  -b, --batch N          rows per micro-batch (default: CUDA the largest of 32, 16, .., 1 rows that\n"
         "                         divides the total batch and fits in 85% of the GPU's memory; CPU 4)\n"
@@ -1726,7 +1732,6 @@ static const char* const USAGE =
         "  --warmup-steps N       linear lr warmup (40)\n"
         "  --warmdown-ratio F     fraction of steps in the final linear lr warmdown (0.65)\n"
         "  --final-lr-frac F      lr multiplier at the end of the warmdown (0.05)\n"
-        "  --momentum-warmup-steps N  Muon momentum 0.85 -> 0.97 over N steps (400)\n"
         "Data (default: the ClimbMix shards that dev/data/climbmix.py wrote into ~/.cache/xsa-train/climbmix\n"
         "(or $XSA_DATA_DIR) when they are there, else the embedded Devil's Dictionary corpus, dev/data/devil/)\n"
         "  -i, --train PATTERN    training shards, a glob (default dev/data/devil/train_*.bin)\n"
@@ -1740,8 +1745,20 @@ static const char* const USAGE =
         "  --core-every N         CORE every N steps and at the end (2000; -1 = never)\n"
         "  --core-max-per-task N  items per CORE task during training (500; -1 = all)\n"
         "  --core-tasks DIR       task files from dev/data/core.py, tokenized with this run's tokenizer\n"
-        "                         (default dev/data/core_tasks, the small bundle for the embedded corpus)\n"
-        "  --progress-every S     while an evaluation or CORE runs, a progress line every S seconds (30)\n";
+        "                         (default dev/data/core_tasks, the small bundle for the embedded corpus)\n";
+
+// The trainer's rarely set options: ablations of nanochat's design, the finer lrs and schedules. --help
+// prints them after the shared options, in the group args.h's RUN_USAGE_MORE ends.
+static const char* const USAGE_MORE =
+        "Ablations, finer settings and debugging (rarely set; the defaults are nanochat's)\n"
+        "  --window-pattern S     per-layer windows, tiled: S short, L long; last layer always L (default SSSL)\n"
+        "  --short-window N       keys before the query in S layers (default ceil(T/4/128)*128)\n"
+        "  --value-embeds 0|1     value embeddings on alternating layers (default 1)\n"
+        "  --smear 0|1            smear the previous token's embedding (default 1)\n"
+        "  --scalar-lr F          AdamW lr of x0_lambdas (0.5; resid_lambdas get 1%)\n"
+        "  --smear-lr F           AdamW lr of smear gate/lambda and backout lambda (0.2, not batch-scaled)\n"
+        "  --adamw-matrix-wd F    with --optimizer adamw: matrix weight decay (0.1)\n"
+        "  --momentum-warmup-steps N  Muon momentum 0.85 -> 0.97 over N steps (400)\n";
 
 // Without -i, -j and --tokenizer: the ClimbMix shards dev/data/climbmix.py wrote into its default directory
 // (~/.cache/xsa-train/climbmix, or $XSA_DATA_DIR), when they are there, with the CORE task files that
@@ -1776,7 +1793,7 @@ static Args parse_args(int argc, char** argv) {
     bool learnable = false;
     bool data_given = false, core_given = false, xsa_layers_given = false;
     OptimArgs& o = args.optim;
-    parse_command_line(argc, argv, std::string(USAGE) + RUN_USAGE, [&](const std::string& flag, const char* value) {
+    parse_command_line(argc, argv, std::string(USAGE) + RUN_USAGE + USAGE_MORE + RUN_USAGE_MORE, [&](const std::string& flag, const char* value) {
         const char* f = flag.c_str();
         if (flag == "-d" || flag == "--depth") depth = parse_int32(f, value);
         else if (flag == "--dim") dim = parse_int32(f, value);

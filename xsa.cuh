@@ -93,7 +93,7 @@ static inline void xsa_alpha_backward_cpu(real* d_logit, const real* dalpha, con
 static inline float cosine_of(double ab, double aa, double bb) { return aa * bb > 0.0 ? (float)(ab / sqrt(aa * bb)) : 0.0f; }
 
 static inline void xsa_diagnostics_cpu(float* out, const float* y, const float* z, const float* v, const float* q, const float* k,
-                                       QKVStrides at, const float* lse, int B, int T, int H, int Hkv, int D) {
+                                       QKVStrides strides, const float* lse, int B, int T, int H, int Hkv, int D) {
     const int group = H / Hkv;
     const double scale = 1.0 / sqrt((double)D);
 #pragma omp parallel for schedule(static)
@@ -103,9 +103,9 @@ static inline void xsa_diagnostics_cpu(float* out, const float* y, const float* 
         for (int h = 0; h < H; h++) {
             const float* yr = y + ((size_t)n * H + h) * D;
             const float* zr = z + ((size_t)n * H + h) * D;
-            const float* qr = q + (size_t)n * at.q + (size_t)h * D;
-            const float* vr = v + (size_t)n * at.kv + (size_t)(h / group) * D;
-            const float* kr = k + (size_t)n * at.kv + (size_t)(h / group) * D;
+            const float* qr = q + (size_t)n * strides.q + (size_t)h * D;
+            const float* vr = v + (size_t)n * strides.kv + (size_t)(h / group) * D;
+            const float* kr = k + (size_t)n * strides.kv + (size_t)(h / group) * D;
             double yv = 0, yy = 0, zv = 0, zz = 0, vv = 0, qk = 0;
             for (int d = 0; d < D; d++) {
                 yv += (double)yr[d] * vr[d], yy += (double)yr[d] * yr[d];
@@ -262,7 +262,7 @@ __global__ void xsa_backward_kernel(floatX* dy, floatX* dv, size_t dv_stride, fl
 // Deterministic, fp32. out (B*T, 3); q, k, v rows `at` apart.
 constexpr int XSA_DIAG_WARPS = 8;
 __global__ void __launch_bounds__(XSA_DIAG_WARPS * 32) xsa_diagnostics_kernel(float* out, const floatX* y, const floatX* z, const floatX* v,
-                                                                             const floatX* q, const floatX* k, QKVStrides at,
+                                                                             const floatX* q, const floatX* k, QKVStrides strides,
                                                                              const float* lse, int T, int H, int Hkv, int D) {
     __shared__ float partial[XSA_DIAG_WARPS][3];
     const size_t n = blockIdx.x;
@@ -271,7 +271,7 @@ __global__ void __launch_bounds__(XSA_DIAG_WARPS * 32) xsa_diagnostics_kernel(fl
     const float scale = 1.0f / sqrtf((float)D);
     float sums[3] = {0.0f, 0.0f, 0.0f};
     for (int h = warp; h < H; h += XSA_DIAG_WARPS) {
-        const size_t row = (n * H + h) * D, q_row = n * at.q + (size_t)h * D, kv_row = n * at.kv + (size_t)(h / group) * D;
+        const size_t row = (n * H + h) * D, q_row = n * strides.q + (size_t)h * D, kv_row = n * strides.kv + (size_t)(h / group) * D;
         float yv = 0.0f, yy = 0.0f, zv = 0.0f, zz = 0.0f, vv = 0.0f, qk = 0.0f;
         for (int d = lane; d < D; d += 32) {
             const float yd = to_float(y[row + d]), zd = to_float(z[row + d]), vd = to_float(v[kv_row + d]);
@@ -294,9 +294,9 @@ __global__ void __launch_bounds__(XSA_DIAG_WARPS * 32) xsa_diagnostics_kernel(fl
 }
 
 static inline void xsa_diagnostics_cuda(float* out, const floatX* y, const floatX* z, const floatX* v, const floatX* q, const floatX* k,
-                                        QKVStrides at, const float* lse, int B, int T, int H, int Hkv, int D, cudaStream_t stream) {
+                                        QKVStrides strides, const float* lse, int B, int T, int H, int Hkv, int D, cudaStream_t stream) {
     if ((long)B * T == 0) return;
-    xsa_diagnostics_kernel<<<B * T, XSA_DIAG_WARPS * 32, 0, stream>>>(out, y, z, v, q, k, at, lse, T, H, Hkv, D);
+    xsa_diagnostics_kernel<<<B * T, XSA_DIAG_WARPS * 32, 0, stream>>>(out, y, z, v, q, k, strides, lse, T, H, Hkv, D);
     cudaCheckLaunch();
 }
 

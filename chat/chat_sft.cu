@@ -52,8 +52,9 @@ static const char* const SFT_USAGE =
         "  --chatcore-tasks DIR   task files from dev/data/chat_eval.py (default dev/data/chat_tasks for the embedded\n"
         "                         tokenizer, else chat_tasks/ beside the model's tokenizer file)\n"
         "  --chatcore-max-cat N   items per categorical task (ARC, MMLU) (-1 = all)\n"
-        "  --chatcore-max-sample N  items per generative task (GSM8K, HumanEval) (24)\n"
-        "  --progress-every S     while an evaluation runs, a progress line every S seconds (30)\n";
+        "  --chatcore-max-sample N  items per generative task (GSM8K, HumanEval) (24)\n";
+
+static const char* const SFT_USAGE_MORE = "Finer settings and debugging (rarely set)\n";
 
 static SftRun* parse_sft_args(SftRun* s, int argc, char** argv) {
     Args& args = s->run.args;
@@ -63,7 +64,7 @@ static SftRun* parse_sft_args(SftRun* s, int argc, char** argv) {
     args.core_every = -1;  // CORE is the base model's metric; samples of base-style prompts say little of a chat model
     args.sample_every = -1;
     args.tokenizer_path.clear();  // the base model's own
-    parse_command_line(argc, argv, std::string(SFT_USAGE) + RUN_USAGE, [&](const std::string& flag, const char* value) {
+    parse_command_line(argc, argv, std::string(SFT_USAGE) + RUN_USAGE + SFT_USAGE_MORE + RUN_USAGE_MORE, [&](const std::string& flag, const char* value) {
         const char* f = flag.c_str();
         if (flag == "--sft") sft.dir = value;
         else if (flag == "--init-lr-frac") sft.init_lr_frac = parse_float(f, value);

@@ -127,15 +127,8 @@ static TrainingPlan plan_sft(const GPTConfig& model, const OptimConfig& base, co
     if (plan.total_batch <= 0) fail("the base model's file does not say its total batch (exported weights); give SFT's with -B");
     plan.batch_lr_scale = 1.0;
     plan.dmodel_lr_scale = pow((double)model.n_embd / 768.0, -0.5);
-    const double d = plan.dmodel_lr_scale, f = a.init_lr_frac;
-    o.lr[GROUP_LM_HEAD] = (float)(o.given_unembedding_lr * d * f);
-    o.lr[GROUP_WTE] = (float)(o.given_embedding_lr * d * f);
-    o.lr[GROUP_VE] = (float)(o.given_embedding_lr * d * 0.5 * f);
-    o.lr[GROUP_RESID] = (float)(flags.scalar_lr * 0.01 * f);
-    o.lr[GROUP_X0] = (float)(flags.scalar_lr * f);
-    o.lr[GROUP_SMEAR] = (float)(flags.smear_lr * f);
-    o.lr[GROUP_XSA] = (float)(o.given_xsa_lr * f);
-    o.lr[GROUP_MATRIX] = (float)(o.given_matrix_lr * f);
+    set_group_lrs(&o, o.given_unembedding_lr, o.given_embedding_lr, flags.scalar_lr, flags.smear_lr, o.given_xsa_lr, o.given_matrix_lr,
+                  plan.batch_lr_scale, plan.dmodel_lr_scale, a.init_lr_frac);
     o.muon_wd = (float)muon_wd;
     o.matrix_adamw_wd = flags.adamw_matrix_wd;
     o.warmup_steps = 0;

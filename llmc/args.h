@@ -5,13 +5,12 @@
 // train_gpt.cu, included after the optimizer (Args holds the model's and the optimizer's settings).
 #pragma once
 
-// The options train_gpt and chat/chat_sft.cu share (parse_run_flag): output, ranks, debugging
+// The options train_gpt and chat/chat_sft.cu share (parse_run_flag): output and ranks
 static const char* const RUN_USAGE =
         "Output\n"
         "  -o, --output DIR       write DIR/metrics.jsonl and checkpoints DIR/ckpt_STEP.safetensors\n"
         "  --save-every N         checkpoint every N steps (default -1: only at the end); needs -o\n"
         "  --resume DIR           continue from the latest checkpoint in DIR, bit-identically (same flags)\n"
-        "  --allow-other-data 0|1 with --resume: continue on training shards other than the checkpoint's (default 0)\n"
         "  --init-from FILE       start from the weights of a safetensors file (nanochat names)\n"
         "  --export-safetensors FILE  write the final weights as safetensors (nanochat names, fp32)\n"
         "Distributed\n"
@@ -20,15 +19,19 @@ static const char* const RUN_USAGE =
         "                         nodes, start one process per rank with mpirun, srun or a torchrun-style\n"
         "                         launcher instead (dev/docs/multinode.md)\n"
         "  --rendezvous FILE      ranks started by a launcher without MPI (RANK, WORLD_SIZE, LOCAL_RANK set)\n"
-        "                         meet in FILE, a path every rank can reach (CPU: on this machine)\n"
+        "                         meet in FILE, a path every rank can reach (CPU: on this machine)\n";
+
+// The shared options a run rarely sets: the end of the last group of each program's --help
+static const char* const RUN_USAGE_MORE =
+        "  --allow-other-data 0|1 with --resume: continue on training shards other than the checkpoint's (default 0)\n"
         "  --shard-optimizer 0|1  with several ranks, split the optimizer's work and state over them as nanochat\n"
         "                         does (ZeRO-2; default 1), or let every rank run all of it (0); the same result\n"
         "  --overlap-reduce 0|1   CUDA with several ranks: sum each layer's gradient over the ranks while the\n"
         "                         backward goes on (default 1), or after it (0); the same result\n"
-        "Debugging (CUDA backend; no effect on the CPU)\n"
-        "  --xsa-fused 0|1        XSA inside attention's kernels (default 1) or as its own kernels\n"
-        "  --cuda-graphs 0|1      replay each training micro-step as a CUDA graph (default 1)\n"
-        "  --matmul-tune 0|1      time cuBLASLt's candidate algorithms for each GEMM of the first micro-step and\n"
+        "  --progress-every S     while an evaluation runs, a progress line every S seconds (30)\n"
+        "  --xsa-fused 0|1        CUDA: XSA inside attention's kernels (default 1) or as its own kernels\n"
+        "  --cuda-graphs 0|1      CUDA: replay each training micro-step as a CUDA graph (default 1)\n"
+        "  --matmul-tune 0|1      CUDA: time cuBLASLt's candidate algorithms for each GEMM of the first micro-step and\n"
         "                         keep the fastest (default 1; checkpoints record the choice), or take the\n"
         "                         heuristic's first (0: two fresh runs then match bit for bit)\n"
         "  -h, --help             this text\n";

@@ -153,11 +153,11 @@ static inline size_t attention_strip_floats(int T, int window) {
 
 // q (B, T, H, D), k, v (B, T, Hkv, D), rows `at` apart -> y (B, T, H, D), lse (B, H, T), as
 // attention_forward_naive_cpu
-static inline void attention_forward_cpu(float* y, float* lse, const float* q, const float* k, const float* v, QKVStrides at, int B, int T,
+static inline void attention_forward_cpu(float* y, float* lse, const float* q, const float* k, const float* v, QKVStrides strides, int B, int T,
                                          int H, int Hkv, int D, int window) {
     const float scale = 1.0f / std::sqrt((float)D);
     const int group = H / Hkv, tiles = (T + ATTN_CPU_TILE - 1) / ATTN_CPU_TILE;
-    const size_t q_stride = at.q, kv_stride = at.kv, y_stride = (size_t)H * D;  // from one position to the next
+    const size_t q_stride = strides.q, kv_stride = strides.kv, y_stride = (size_t)H * D;  // from one position to the next
 #pragma omp parallel
     {
         std::vector<float> strip(attention_strip_floats(T, window));
@@ -200,11 +200,11 @@ static inline void attention_forward_cpu(float* y, float* lse, const float* q, c
 // of its group, every tile in turn), so there are no races and the summation order is fixed.
 // q, dq rows `at.q` apart, k, v, dk, dv `at.kv` apart; dy, y (B, T, H, D).
 static inline void attention_backward_cpu(float* dq, float* dk, float* dv, const float* dy, const float* q, const float* k,
-                                          const float* v, QKVStrides at, const float* y, const float* lse, int B, int T, int H, int Hkv,
+                                          const float* v, QKVStrides strides, const float* y, const float* lse, int B, int T, int H, int Hkv,
                                           int D, int window) {
     const float scale = 1.0f / std::sqrt((float)D);
     const int group = H / Hkv, tiles = (T + ATTN_CPU_TILE - 1) / ATTN_CPU_TILE;
-    const size_t q_stride = at.q, kv_stride = at.kv, y_stride = (size_t)H * D;
+    const size_t q_stride = strides.q, kv_stride = strides.kv, y_stride = (size_t)H * D;
 #pragma omp parallel
     {
         std::vector<float> strips(2 * attention_strip_floats(T, window));
@@ -377,7 +377,7 @@ __device__ __forceinline__ void attn_store_rows(floatX* dst, size_t stride, cons
 // Shared memory: Q (64, D + 8), K and V (2, 64, D + 8) bf16 = 45 KB (D = 64), 85 KB (D = 128).
 template <int D>
 __global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(
-        floatX* z, floatX* y, float* lse, const floatX* q, const floatX* k, const floatX* v, QKVStrides at, int T, int H,
+        floatX* z, floatX* y, float* lse, const floatX* q, const floatX* k, const floatX* v, QKVStrides strides, int T, int H,
         int Hkv, int window, float scale, const float* alpha) {
     constexpr int BQ = ATT_TILE, BK = ATT_TILE, LD = D + ATT_PAD;
     extern __shared__ __align__(16) unsigned char attn_smem[];
@@ -388,7 +388,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
     const int b = blockIdx.y / H, h = blockIdx.y % H, kvh = h / (H / Hkv);
     const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ;  // the last (longest) query tiles of a head start first
-    const size_t qstride = at.q, kvstride = at.kv, ystride = (size_t)H * D;
+    const size_t qstride = strides.q, kvstride = strides.kv, ystride = (size_t)H * D;
     const floatX* qb = q + (size_t)b * T * qstride + (size_t)h * D;  // token i of this (b, h) at qb + i * qstride
     const floatX* kb = k + (size_t)b * T * kvstride + (size_t)kvh * D;
     const floatX* vb = v + (size_t)b * T * kvstride + (size_t)kvh * D;
@@ -573,7 +573,7 @@ __global__ void attention_delta_kernel(float* delta, const floatX* dy, const flo
 template <int D>
 __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_kernel(
         floatX* dq, const floatX* dy, const floatX* q, const floatX* k, const floatX* v, const float* lse,
-        const float* delta, QKVStrides at, int T, int H, int Hkv, int window, float scale) {
+        const float* delta, QKVStrides strides, int T, int H, int Hkv, int window, float scale) {
     constexpr int BQ = ATT_TILE, BK = ATT_TILE, LD = D + ATT_PAD;
     extern __shared__ __align__(16) unsigned char attn_smem[];
     floatX* Qs = reinterpret_cast<floatX*>(attn_smem);  // (BQ, LD)
@@ -584,7 +584,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_kernel(
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
     const int b = blockIdx.y / H, h = blockIdx.y % H, kvh = h / (H / Hkv);
     const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ;
-    const size_t qstride = at.q, kvstride = at.kv, ystride = (size_t)H * D;
+    const size_t qstride = strides.q, kvstride = strides.kv, ystride = (size_t)H * D;
     const size_t qoff = (size_t)b * T * qstride + (size_t)h * D;  // token i of this (b, h) at qoff + i * qstride
     const size_t yoff = ((size_t)b * T * H + h) * D;              // of dy: yoff + i * ystride
     const floatX* kb = k + (size_t)b * T * kvstride + (size_t)kvh * D;
@@ -699,7 +699,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_kernel(
 template <int D>
 __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_kernel(
         floatX* dk, floatX* dv, const floatX* dy, const floatX* q, const floatX* k, const floatX* v,
-        const float* lse, const float* delta, const float* dv_extra, QKVStrides at, int T, int H, int Hkv, int window,
+        const float* lse, const float* delta, const float* dv_extra, QKVStrides strides, int T, int H, int Hkv, int window,
         float scale) {
     constexpr int BK = ATT_TILE, BQ = D == 64 ? 64 : 32, LD = D + ATT_PAD;
     extern __shared__ __align__(16) unsigned char attn_smem[];
@@ -713,7 +713,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_kernel(
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
     const int b = blockIdx.y / Hkv, kvh = blockIdx.y % Hkv, group = H / Hkv;
     const int k0 = blockIdx.x * BK;  // the first key tiles see the most queries: they start first
-    const size_t qstride = at.q, kvstride = at.kv, ystride = (size_t)H * D;
+    const size_t qstride = strides.q, kvstride = strides.kv, ystride = (size_t)H * D;
     const size_t kvoff = ((size_t)b * T + k0) * kvstride + (size_t)kvh * D;  // this block's first key
 
     const int qt_lo = k0 / BQ, qt_hi = min(T - 1, k0 + BK - 1 + window) / BQ;
@@ -912,8 +912,8 @@ static inline void attention_check_shape(int B, int T, int H, int Hkv, int D, in
 }
 
 // the tiles are loaded with 16-byte copies: every row of q, k, v (dq, dk, dv) starts 16-byte aligned
-static inline void attention_check_strides(QKVStrides at) {
-    if (at.q % 8 != 0 || at.kv % 8 != 0) fail("attention: row strides %zu and %zu are not multiples of 8 elements", at.q, at.kv);
+static inline void attention_check_strides(QKVStrides strides) {
+    if (strides.q % 8 != 0 || strides.kv % 8 != 0) fail("attention: row strides %zu and %zu are not multiples of 8 elements", strides.q, strides.kv);
 }
 
 // dynamic shared memory of each kernel (bytes)
@@ -960,9 +960,9 @@ static inline size_t attention_backward_scratch_floats(int B, int T, int H, int 
 // forward: y (B, T, H, D), lse (B, H, T); z (B, T, H, D) = XSA of y when z != nullptr
 template <int D>
 static void attention_forward_launch(floatX* z, floatX* y, float* lse, const floatX* q, const floatX* k,
-                                     const floatX* v, QKVStrides at, int B, int T, int H, int Hkv, int window, const float* alpha,
+                                     const floatX* v, QKVStrides strides, int B, int T, int H, int Hkv, int window, const float* alpha,
                                      cudaStream_t stream) {
-    attention_check_strides(at);
+    attention_check_strides(strides);
     const int smem = attention_forward_smem(D);
     static bool once = [&] {  // > 48 KB of dynamic shared memory must be opted into, once per kernel
         cudaCheck(cudaFuncSetAttribute(attention_forward_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -970,7 +970,7 @@ static void attention_forward_launch(floatX* z, floatX* y, float* lse, const flo
     }();
     (void)once;
     const dim3 grid(ceil_div(T, ATT_TILE), B * H);
-    attention_forward_kernel<D><<<grid, ATT_THREADS, smem, stream>>>(z, y, lse, q, k, v, at, T, H, Hkv, window,
+    attention_forward_kernel<D><<<grid, ATT_THREADS, smem, stream>>>(z, y, lse, q, k, v, strides, T, H, Hkv, window,
                                                                      1.0f / sqrtf((float)D), alpha);
     cudaCheckLaunch();
 }
@@ -978,10 +978,10 @@ static void attention_forward_launch(floatX* z, floatX* y, float* lse, const flo
 // backward given dy (B, T, H, D) and delta (B, H, T): dq, dk, dv =
 template <int D>
 static void attention_backward_launch(floatX* dq, floatX* dk, floatX* dv, const floatX* dy, const floatX* q,
-                                      const floatX* k, const floatX* v, QKVStrides at, const float* lse, const float* delta,
+                                      const floatX* k, const floatX* v, QKVStrides strides, const float* lse, const float* delta,
                                       const float* dv_extra, int B, int T, int H, int Hkv, int window,
                                       cudaStream_t stream) {
-    attention_check_strides(at);
+    attention_check_strides(strides);
     const int smem_dq = attention_dq_smem(D), smem_dkdv = attention_dkdv_smem(D);
     static bool once = [&] {
         cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_dq));
@@ -992,32 +992,32 @@ static void attention_backward_launch(floatX* dq, floatX* dk, floatX* dv, const 
     const float scale = 1.0f / sqrtf((float)D);
     const dim3 grid_kv(ceil_div(T, ATT_TILE), B * Hkv), grid_q(ceil_div(T, ATT_TILE), B * H);
     attention_backward_dkdv_kernel<D><<<grid_kv, ATT_THREADS, smem_dkdv, stream>>>(dk, dv, dy, q, k, v, lse, delta, dv_extra,
-                                                                                  at, T, H, Hkv, window, scale);
+                                                                                  strides, T, H, Hkv, window, scale);
     cudaCheckLaunch();
-    attention_backward_dq_kernel<D><<<grid_q, ATT_THREADS, smem_dq, stream>>>(dq, dy, q, k, v, lse, delta, at, T, H, Hkv,
+    attention_backward_dq_kernel<D><<<grid_q, ATT_THREADS, smem_dq, stream>>>(dq, dy, q, k, v, lse, delta, strides, T, H, Hkv,
                                                                               window, scale);
     cudaCheckLaunch();
 }
 
 // q (B, T, H, D), k, v (B, T, Hkv, D), rows `at` apart; y (B, T, H, D); lse (B, H, T). Pointers and strides
 // 16-byte aligned.
-static inline void attention_forward_cuda(floatX* y, float* lse, const floatX* q, const floatX* k, const floatX* v, QKVStrides at,
+static inline void attention_forward_cuda(floatX* y, float* lse, const floatX* q, const floatX* k, const floatX* v, QKVStrides strides,
                                           int B, int T, int H, int Hkv, int D, int window, cudaStream_t stream) {
     attention_check_shape(B, T, H, Hkv, D, window, "attention_forward_cuda");
     window = std::min(window, T);  // a window past T changes nothing, and keeps k0 + window from overflowing
-    if (D == 64) attention_forward_launch<64>(nullptr, y, lse, q, k, v, at, B, T, H, Hkv, window, nullptr, stream);
-    else attention_forward_launch<128>(nullptr, y, lse, q, k, v, at, B, T, H, Hkv, window, nullptr, stream);
+    if (D == 64) attention_forward_launch<64>(nullptr, y, lse, q, k, v, strides, B, T, H, Hkv, window, nullptr, stream);
+    else attention_forward_launch<128>(nullptr, y, lse, q, k, v, strides, B, T, H, Hkv, window, nullptr, stream);
 }
 
 // as attention_forward_cuda, plus z (B, T, H, D) = y - alpha proj_v(y) with the token's own v (y kept);
 // alpha (H) in device memory
 static inline void attention_forward_xsa_cuda(floatX* z, floatX* y, float* lse, const floatX* q, const floatX* k,
-                                              const floatX* v, QKVStrides at, int B, int T, int H, int Hkv, int D, int window,
+                                              const floatX* v, QKVStrides strides, int B, int T, int H, int Hkv, int D, int window,
                                               const float* alpha, cudaStream_t stream) {
     attention_check_shape(B, T, H, Hkv, D, window, "attention_forward_xsa_cuda");
     window = std::min(window, T);
-    if (D == 64) attention_forward_launch<64>(z, y, lse, q, k, v, at, B, T, H, Hkv, window, alpha, stream);
-    else attention_forward_launch<128>(z, y, lse, q, k, v, at, B, T, H, Hkv, window, alpha, stream);
+    if (D == 64) attention_forward_launch<64>(z, y, lse, q, k, v, strides, B, T, H, Hkv, window, alpha, stream);
+    else attention_forward_launch<128>(z, y, lse, q, k, v, strides, B, T, H, Hkv, window, alpha, stream);
 }
 
 // Generation: y (B, H, D) from q (B, H, D; rows q_stride apart) at positions pos (B, device) over k_cache, v_cache
@@ -1036,7 +1036,7 @@ static inline void attention_decode_cuda(floatX* y, const floatX* q, size_t q_st
 // D), dk, dv (B, T, Hkv, D), rows `at` apart, all OVERWRITTEN. scratch: attention_backward_scratch_floats(B,
 // T, H, Hkv, D, false) floats.
 static inline void attention_backward_cuda(floatX* dq, floatX* dk, floatX* dv, const floatX* dy, const floatX* q,
-                                           const floatX* k, const floatX* v, QKVStrides at, const floatX* y, const float* lse,
+                                           const floatX* k, const floatX* v, QKVStrides strides, const floatX* y, const float* lse,
                                            int B, int T, int H, int Hkv, int D, int window, float* scratch,
                                            cudaStream_t stream) {
     attention_check_shape(B, T, H, Hkv, D, window, "attention_backward_cuda");
@@ -1047,11 +1047,11 @@ static inline void attention_backward_cuda(floatX* dq, floatX* dk, floatX* dv, c
     if (D == 64) {
         attention_delta_kernel<64><<<grid, 256, 0, stream>>>(delta, dy, y, rows, T, H);
         cudaCheckLaunch();
-        attention_backward_launch<64>(dq, dk, dv, dy, q, k, v, at, lse, delta, nullptr, B, T, H, Hkv, window, stream);
+        attention_backward_launch<64>(dq, dk, dv, dy, q, k, v, strides, lse, delta, nullptr, B, T, H, Hkv, window, stream);
     } else {
         attention_delta_kernel<128><<<grid, 256, 0, stream>>>(delta, dy, y, rows, T, H);
         cudaCheckLaunch();
-        attention_backward_launch<128>(dq, dk, dv, dy, q, k, v, at, lse, delta, nullptr, B, T, H, Hkv, window, stream);
+        attention_backward_launch<128>(dq, dk, dv, dy, q, k, v, strides, lse, delta, nullptr, B, T, H, Hkv, window, stream);
     }
 }
 
@@ -1062,7 +1062,7 @@ static inline void attention_backward_cuda(floatX* dq, floatX* dk, floatX* dv, c
 // accumulator before rounding. alpha (H) in device memory. dq, dk, dv OVERWRITTEN; q, k, v, dq, dk, dv rows
 // `at` apart. scratch: attention_backward_scratch_floats(B, T, H, Hkv, D, true) floats.
 static inline void attention_backward_xsa_cuda(floatX* dq, floatX* dk, floatX* dv, const floatX* dz, const floatX* q,
-                                               const floatX* k, const floatX* v, QKVStrides at, const floatX* y, const float* lse,
+                                               const floatX* k, const floatX* v, QKVStrides strides, const floatX* y, const float* lse,
                                                int B, int T, int H, int Hkv, int D, int window, const float* alpha,
                                                float* dalpha, float* scratch, cudaStream_t stream) {
     attention_check_shape(B, T, H, Hkv, D, window, "attention_backward_xsa_cuda");
@@ -1074,15 +1074,15 @@ static inline void attention_backward_xsa_cuda(floatX* dq, floatX* dk, floatX* d
     float* delta = scratch + s.delta;
     const int grid = ceil_div((long)(tokens * Hkv), 8);
     if (D == 64) {
-        xsa_backward_kernel<64, true><<<grid, 256, 0, stream>>>(dy, nullptr, 0, dv_extra, delta, dalpha, dz, y, v, at.kv, tokens, T, H, Hkv,
+        xsa_backward_kernel<64, true><<<grid, 256, 0, stream>>>(dy, nullptr, 0, dv_extra, delta, dalpha, dz, y, v, strides.kv, tokens, T, H, Hkv,
                                                                   alpha);
         cudaCheckLaunch();
-        attention_backward_launch<64>(dq, dk, dv, dy, q, k, v, at, lse, delta, dv_extra, B, T, H, Hkv, window, stream);
+        attention_backward_launch<64>(dq, dk, dv, dy, q, k, v, strides, lse, delta, dv_extra, B, T, H, Hkv, window, stream);
     } else {
-        xsa_backward_kernel<128, true><<<grid, 256, 0, stream>>>(dy, nullptr, 0, dv_extra, delta, dalpha, dz, y, v, at.kv, tokens, T, H, Hkv,
+        xsa_backward_kernel<128, true><<<grid, 256, 0, stream>>>(dy, nullptr, 0, dv_extra, delta, dalpha, dz, y, v, strides.kv, tokens, T, H, Hkv,
                                                                   alpha);
         cudaCheckLaunch();
-        attention_backward_launch<128>(dq, dk, dv, dy, q, k, v, at, lse, delta, dv_extra, B, T, H, Hkv, window, stream);
+        attention_backward_launch<128>(dq, dk, dv, dy, q, k, v, strides, lse, delta, dv_extra, B, T, H, Hkv, window, stream);
     }
 }
 

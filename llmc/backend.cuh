@@ -532,9 +532,9 @@ static inline void matmul_forward(floatX* out, const floatX* inp, const floatX* 
     CUDA_OR_CPU(matmul_forward_cuda(out, inp, weight, M, K, N, g_backend.stream), matmul_forward_cpu(out, inp, weight, M, K, N));
 }
 static inline void xsa_diagnostics(float* out, const floatX* y, const floatX* z, const floatX* v, const floatX* q, const floatX* k,
-                                   QKVStrides at, const float* lse, int B, int T, int H, int Hkv, int D) {
-    CUDA_OR_CPU(xsa_diagnostics_cuda(out, y, z, v, q, k, at, lse, B, T, H, Hkv, D, g_backend.stream),
-                xsa_diagnostics_cpu(out, y, z, v, q, k, at, lse, B, T, H, Hkv, D));
+                                   QKVStrides strides, const float* lse, int B, int T, int H, int Hkv, int D) {
+    CUDA_OR_CPU(xsa_diagnostics_cuda(out, y, z, v, q, k, strides, lse, B, T, H, Hkv, D, g_backend.stream),
+                xsa_diagnostics_cpu(out, y, z, v, q, k, strides, lse, B, T, H, Hkv, D));
 }
 static inline void value_direction_sums(float* out, const floatX* v, size_t v_stride, int B, int T, int Hkv, int D) {
     CUDA_OR_CPU(value_direction_sums_cuda(out, v, v_stride, B, T, Hkv, D, g_backend.stream),
@@ -570,19 +570,19 @@ static inline void softcap(floatX* logits, size_t n, float cap) {
 // Attention, followed on XSA layers by the projection: z = y - alpha_h proj_v(y), alpha (H) per query head in
 // backend memory. q, k, v: rows `at` apart (QKVStrides). On CUDA the projection is fused into attention's
 // epilogue unless g_backend.xsa_fused is off; the CPU always runs the two ops.
-static inline void attention_xsa_forward(floatX* z, floatX* y, float* lse, const floatX* q, const floatX* k, const floatX* v, QKVStrides at,
+static inline void attention_xsa_forward(floatX* z, floatX* y, float* lse, const floatX* q, const floatX* k, const floatX* v, QKVStrides strides,
                                          int B, int T, int H, int Hkv, int D, int window, const float* alpha) {
     const bool xsa = alpha != nullptr;
 #ifdef __CUDACC__
     if (xsa && g_backend.xsa_fused) {
-        attention_forward_xsa_cuda(z, y, lse, q, k, v, at, B, T, H, Hkv, D, window, alpha, g_backend.stream);
+        attention_forward_xsa_cuda(z, y, lse, q, k, v, strides, B, T, H, Hkv, D, window, alpha, g_backend.stream);
         return;
     }
-    attention_forward_cuda(y, lse, q, k, v, at, B, T, H, Hkv, D, window, g_backend.stream);
-    if (xsa) xsa_forward_cuda(z, y, v, at.kv, (size_t)B * T, H, Hkv, D, alpha, g_backend.stream);
+    attention_forward_cuda(y, lse, q, k, v, strides, B, T, H, Hkv, D, window, g_backend.stream);
+    if (xsa) xsa_forward_cuda(z, y, v, strides.kv, (size_t)B * T, H, Hkv, D, alpha, g_backend.stream);
 #else
-    attention_forward_cpu(y, lse, q, k, v, at, B, T, H, Hkv, D, window);
-    if (xsa) xsa_forward_cpu(z, y, v, at.kv, (size_t)B * T, H, Hkv, D, alpha);
+    attention_forward_cpu(y, lse, q, k, v, strides, B, T, H, Hkv, D, window);
+    if (xsa) xsa_forward_cpu(z, y, v, strides.kv, (size_t)B * T, H, Hkv, D, alpha);
 #endif
 }
 
@@ -591,48 +591,48 @@ static inline void attention_xsa_forward(floatX* z, floatX* y, float* lse, const
 // alpha_h proj_v(y) with the new tokens' own values v (B, Hkv, D), the op the training forward uses unfused.
 // q and v: rows `at` apart.
 static inline void attention_decode_xsa_forward(floatX* z, floatX* y, const floatX* q, const floatX* k_cache, const floatX* v_cache,
-                                                const floatX* v, QKVStrides at, const int* pos, int B, int S, int H, int Hkv, int D,
+                                                const floatX* v, QKVStrides strides, const int* pos, int B, int S, int H, int Hkv, int D,
                                                 int window, const float* alpha) {
-    CUDA_OR_CPU(attention_decode_cuda(y, q, at.q, k_cache, v_cache, pos, B, S, H, Hkv, D, window, g_backend.stream),
-                attention_decode_cpu(y, q, at.q, k_cache, v_cache, pos, B, S, H, Hkv, D, window));
+    CUDA_OR_CPU(attention_decode_cuda(y, q, strides.q, k_cache, v_cache, pos, B, S, H, Hkv, D, window, g_backend.stream),
+                attention_decode_cpu(y, q, strides.q, k_cache, v_cache, pos, B, S, H, Hkv, D, window));
     if (alpha)
-        CUDA_OR_CPU(xsa_forward_cuda(z, y, v, at.kv, (size_t)B, H, Hkv, D, alpha, g_backend.stream),
-                    xsa_forward_cpu(z, y, v, at.kv, (size_t)B, H, Hkv, D, alpha));
+        CUDA_OR_CPU(xsa_forward_cuda(z, y, v, strides.kv, (size_t)B, H, Hkv, D, alpha, g_backend.stream),
+                    xsa_forward_cpu(z, y, v, strides.kv, (size_t)B, H, Hkv, D, alpha));
 }
 
 // Given dz = dL/dz (dL/dy on layers without XSA: alpha null), writes dq, dk, dv (=), and with a learnable
 // alpha the per-token shares of dL/dalpha into dalpha (B*T, H) (null for a fixed alpha). dz may be overwritten.
 // q, k, v, dq, dk, dv: rows `at` apart.
 static inline void attention_xsa_backward(floatX* dq, floatX* dk, floatX* dv, float* dalpha, floatX* dz, const floatX* q, const floatX* k,
-                                          const floatX* v, QKVStrides at, const floatX* y, const float* lse, int B, int T, int H, int Hkv,
+                                          const floatX* v, QKVStrides strides, const floatX* y, const float* lse, int B, int T, int H, int Hkv,
                                           int D, int window, const float* alpha) {
     const size_t tokens = (size_t)B * T;
     const bool xsa = alpha != nullptr;
 #ifdef __CUDACC__
     if (xsa && g_backend.xsa_fused) {
-        attention_backward_xsa_cuda(dq, dk, dv, dz, q, k, v, at, y, lse, B, T, H, Hkv, D, window, alpha, dalpha, g_backend.scratch,
+        attention_backward_xsa_cuda(dq, dk, dv, dz, q, k, v, strides, y, lse, B, T, H, Hkv, D, window, alpha, dalpha, g_backend.scratch,
                                     g_backend.stream);
         return;
     }
     if (!xsa) {
-        attention_backward_cuda(dq, dk, dv, dz, q, k, v, at, y, lse, B, T, H, Hkv, D, window, g_backend.scratch, g_backend.stream);
+        attention_backward_cuda(dq, dk, dv, dz, q, k, v, strides, y, lse, B, T, H, Hkv, D, window, g_backend.scratch, g_backend.stream);
         return;
     }
     // unfused: XSA's own self-position dv term goes to its region of the scratch, past what the attention
     // backward uses (see attention_backward_scratch), since the attention backward overwrites dv
     floatX* dv_xsa = (floatX*)(g_backend.scratch + attention_backward_scratch(tokens, H, Hkv, D, ATTN_BWD_XSA_UNFUSED).dv_xsa);
     backend_zero(dv_xsa, tokens * Hkv * D * sizeof(floatX));
-    xsa_backward_cuda(dz, dv_xsa, (size_t)Hkv * D, dalpha, dz, y, v, at.kv, tokens, H, Hkv, D, alpha, g_backend.stream);
-    attention_backward_cuda(dq, dk, dv, dz, q, k, v, at, y, lse, B, T, H, Hkv, D, window, g_backend.scratch, g_backend.stream);
-    add_rows_inplace_cuda(dv, at.kv, dv_xsa, tokens, Hkv * D, g_backend.stream);
+    xsa_backward_cuda(dz, dv_xsa, (size_t)Hkv * D, dalpha, dz, y, v, strides.kv, tokens, H, Hkv, D, alpha, g_backend.stream);
+    attention_backward_cuda(dq, dk, dv, dz, q, k, v, strides, y, lse, B, T, H, Hkv, D, window, g_backend.scratch, g_backend.stream);
+    add_rows_inplace_cuda(dv, strides.kv, dv_xsa, tokens, Hkv * D, g_backend.stream);
 #else
     for (size_t n = 0; n < tokens; n++) {  // the CPU ops accumulate
-        memset(dq + n * at.q, 0, (size_t)H * D * sizeof(float));
-        memset(dk + n * at.kv, 0, (size_t)Hkv * D * sizeof(float));
-        memset(dv + n * at.kv, 0, (size_t)Hkv * D * sizeof(float));
+        memset(dq + n * strides.q, 0, (size_t)H * D * sizeof(float));
+        memset(dk + n * strides.kv, 0, (size_t)Hkv * D * sizeof(float));
+        memset(dv + n * strides.kv, 0, (size_t)Hkv * D * sizeof(float));
     }
-    if (xsa) xsa_backward_cpu(dz, dv, dalpha, dz, y, v, at.kv, tokens, H, Hkv, D, alpha);  // dz becomes dL/dy; dv gets XSA's term
-    attention_backward_cpu(dq, dk, dv, dz, q, k, v, at, y, lse, B, T, H, Hkv, D, window);
+    if (xsa) xsa_backward_cpu(dz, dv, dalpha, dz, y, v, strides.kv, tokens, H, Hkv, D, alpha);  // dz becomes dL/dy; dv gets XSA's term
+    attention_backward_cpu(dq, dk, dv, dz, q, k, v, strides, y, lse, B, T, H, Hkv, D, window);
 #endif
 }
 

@@ -79,7 +79,7 @@ static void gpt_decode_step(GPT* model, KVCache* kv, const int* tokens) {
     const GPTConfig& c = model->config;
     const int B = kv->B, S = kv->S, C = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim;
     const size_t kvd = (size_t)Hkv * D, half = D / 2;
-    const QKVStrides at = qkv_fused(H, Hkv, D);
+    const QKVStrides strides = qkv_fused(H, Hkv, D);
     for (int b = 0; b < B; b++)
         if (kv->len[b] < 1 || kv->len[b] >= S) fail("decode step on row %d holding %d of %d positions (prefill it first; it must not be full)", b, kv->len[b], S);
     gpt_set_batch(model, tokens, nullptr, B, 1);
@@ -102,14 +102,14 @@ static void gpt_decode_step(GPT* model, KVCache* kv, const int* tokens) {
         block_forward_qkv(model, l, x, B);
         for (int b = 0; b < B; b++) {  // rotary at each row's own position: the tables from that position on
             const size_t p = (size_t)kv->len[b];
-            rotary_rmsnorm_forward(la.q + b * at.q, at.q, la.q_rstd + (size_t)b * H, model->rope_cos + p * half, model->rope_sin + p * half, 1, 1,
+            rotary_rmsnorm_forward(la.q + b * strides.q, strides.q, la.q_rstd + (size_t)b * H, model->rope_cos + p * half, model->rope_sin + p * half, 1, 1,
                                    H, D, QK_SCALE);
-            rotary_rmsnorm_forward(la.k + b * at.kv, at.kv, la.k_rstd + (size_t)b * Hkv, model->rope_cos + p * half, model->rope_sin + p * half, 1,
+            rotary_rmsnorm_forward(la.k + b * strides.kv, strides.kv, la.k_rstd + (size_t)b * Hkv, model->rope_cos + p * half, model->rope_sin + p * half, 1,
                                    1, Hkv, D, QK_SCALE);
-            backend_copy(kv->k[l] + ((size_t)b * S + p) * kvd, la.k + b * at.kv, kvd * sizeof(floatX));
-            backend_copy(kv->v[l] + ((size_t)b * S + p) * kvd, la.v + b * at.kv, kvd * sizeof(floatX));
+            backend_copy(kv->k[l] + ((size_t)b * S + p) * kvd, la.k + b * strides.kv, kvd * sizeof(floatX));
+            backend_copy(kv->v[l] + ((size_t)b * S + p) * kvd, la.v + b * strides.kv, kvd * sizeof(floatX));
         }
-        attention_decode_xsa_forward(la.z, la.y, la.q, kv->k[l], kv->v[l], la.v, at, kv->pos, B, S, H, Hkv, D, layer_window(c, l),
+        attention_decode_xsa_forward(la.z, la.y, la.q, kv->k[l], kv->v[l], la.v, strides, kv->pos, B, S, H, Hkv, D, layer_window(c, l),
                                      layer_alpha(model, l));
         block_forward_output_mlp(model, l, B);
         x = la.x_out;

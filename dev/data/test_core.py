@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tests of dev/data/core.py: offline on the small bundle dev/data/core_bundle with the embedded tokenizer,
 it reproduces the committed task files dev/data/core_tasks byte for byte. (Those files' contents are
-checked against prompts and spans worked out by hand, and scored, by test_xsa.cu.)
+checked against prompts and spans worked out by hand, and scored, by dev/test/test_infra.cu.)
 
     python3 dev/data/test_core.py        (or all suites: make test)
 

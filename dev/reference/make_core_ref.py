@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-The reference for the CORE test of test_xsa.cu: score_core.py (PyTorch, float64) scores the committed
+The reference for the CORE test of dev/test/test_infra.cu: score_core.py (PyTorch, float64) scores the committed
 tiny model dev/reference/data/core_model.safetensors (exported by train_gpt after 300 steps on the
 embedded corpus) on dev/data/core_tasks/, and this script stores what it found in
 dev/reference/data/core_scores.safetensors:

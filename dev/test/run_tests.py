@@ -3,12 +3,13 @@
 PASS / FAIL / SKIP line per check as it goes, then a subtotal per suite and one final line,
 `N passed, N failed` (`, N skipped` added when some were). Exits 1 if any check failed.
 
-    python3 dev/test/run_tests.py [--compile CMD] [--cuda BIN] [--emu "TARGET ..."] [--no-python] [--cpp BIN]
+    python3 dev/test/run_tests.py [--compile CMD] [--cuda BIN] [--emu "TARGET ..."] [--no-python] [--cpp BIN ...]
                                   [--python GLOB] [--sanitizer-logs DIR]
 
 Suites, in this order:
   * --compile CMD: a shell command that builds the CUDA targets (make test-all: make cuda_targets); 1 check
-  * the C++ suite, ./test_xsa_cpu (or --cpp BIN): its own "N passed, N failed" line
+  * the C++ suites, ./test_xsa_cpu (the numerics) then ./test_infra_cpu (the infrastructure), or those of --cpp BIN
+    (repeatable; --cpp '' leaves them out): each a suite of its own, with its own "N passed, N failed" line
   * every Python suite dev/**/test_*.py (or those of --python GLOB, repeatable) (unittest): one check per test, or per subtest
     where a test has them; run with this interpreter, so `PYTHON=... make test` picks which one
   * --cuda BIN: the CUDA suite, ./test_xsa_cuda on a GPU: its "N passed, N failed" line
@@ -19,7 +20,8 @@ Suites, in this order:
 A suite that crashes or exits non-zero without a failed check counts as one failed check.
 
 OMP_WAIT_POLICY=passive unless set: with OpenMP's default spinning, a test binary whose threads share
-the cores with another busy process runs 30x slower (the C++ suite: 150 s instead of 5 s on 2 cores).
+the cores with another busy process runs 30x slower (the C++ suite, before it was split in two: 150 s
+instead of 5 s on 2 cores).
 
 Standard library only.
 """
@@ -34,6 +36,7 @@ import traceback
 import unittest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CPP_SUITES = ["./test_xsa_cpu", "./test_infra_cpu"]  # the numerics (test_xsa.cu), the infrastructure (dev/test/test_infra.cu)
 TOTAL_LINE = re.compile(r"^(\d+) passed, (\d+) failed(?:, (\d+) skipped)?\s*$")
 
 
@@ -165,7 +168,7 @@ def stream(argv, shell=False, env=None):
 
 
 def counted_suite(suite, argv, env=None):
-    """A suite that ends with its own "N passed, N failed[, N skipped]" line (test_xsa, the Python suites)."""
+    """A suite that ends with its own "N passed, N failed[, N skipped]" line (the C++ and Python suites)."""
     code, lines = stream(argv, env=env)
     totals = [m for m in (TOTAL_LINE.match(line) for line in lines) if m]
     if totals:
@@ -210,7 +213,8 @@ def emu_suite(suite, targets):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--unittest", metavar="FILE", help=argparse.SUPPRESS)  # internal: one Python suite
-    ap.add_argument("--cpp", default="./test_xsa_cpu", help="the C++ suite (default ./test_xsa_cpu); '' leaves it out")
+    ap.add_argument("--cpp", metavar="BIN", action="append",
+                    help="a C++ suite, repeatable (default ./test_xsa_cpu and ./test_infra_cpu); '' leaves them out")
     ap.add_argument("--no-python", action="store_true", help="leave out the Python suites")
     ap.add_argument("--python", metavar="GLOB", action="append",
                     help="the Python suites (default dev/**/test_*.py); may be given several times")
@@ -239,9 +243,9 @@ def main():
         suite, t0 = start("CUDA targets compile")
         compile_suite(suite, args.compile)
         suite.seconds = time.time() - t0
-    if args.cpp:
-        suite, t0 = start("C++ suite %s" % args.cpp)
-        counted_suite(suite, [args.cpp])
+    for binary in filter(None, args.cpp or CPP_SUITES):
+        suite, t0 = start("C++ suite %s" % binary)
+        counted_suite(suite, [binary])
         suite.seconds = time.time() - t0
     if not args.no_python:
         files = sorted(set(f for g in args.python or ["dev/**/test_*.py"] for f in glob.glob(os.path.join(REPO, g), recursive=True)))

@@ -5,7 +5,7 @@ model of the embedded tokenizer, base-trained 200 steps and fine-tuned 80 SFT st
 every item's verdict, chosen letter and greedy answer (64 tokens, with the calculator tool) equal to the
 independent PyTorch scorer's in float64 (dev/reference/score_chat.py, its output committed as
 dev/reference/data/chat_scores.json); the same aggregates over 2 ranks; bad task files and options end in
-one error line. The answer checkers and HumanEval's test process are checked by test_xsa.cu, the calculator
+one error line. The answer checkers and HumanEval's test process are checked by dev/test/test_infra.cu, the calculator
 against Python by dev/data/test_calculator.py.
 
     python3 dev/test/test_chatcore.py        (or all suites: make test)

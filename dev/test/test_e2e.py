@@ -5,7 +5,7 @@ the embedded data (metrics.jsonl, checkpoints, resume with bit-identical weights
 (one rank prints and logs; CORE scored by two ranks identical to eval_core in one process), and CORE
 task files with a wrong magic, span or gold index. Each test works in its own temporary directory.
 The numerics of --ranks 2 (the update against the same step computed in one process) are checked by
-test_xsa.cu, which has the model to compute that step.
+dev/test/test_infra.cu, which has the model to compute that step.
 
     python3 dev/test/test_e2e.py        (or all suites: make test)
 
@@ -216,7 +216,7 @@ class TestBadData(TempDirTest):
 class TestRanks(TempDirTest):
     """--ranks 2 on the CPU backend (two forked processes): one rank prints and logs; the ranks score
     alternate CORE items, and eval_core scoring them all in one process on the same weights agrees exactly;
-    set-up errors. (The update against the same step computed in one process: test_xsa.cu.)"""
+    set-up errors. (The update against the same step computed in one process: test_infra.cu.)"""
 
     def test_ranks(self):
         # -b 2 -B 128 -t 32: 1 micro-batch per rank

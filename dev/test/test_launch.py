@@ -2,7 +2,7 @@
 """Ranks started by a launcher (dev/docs/multinode.md) on the CPU backend: two processes
 given torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK) that meet in a rendezvous file, and two started
 by mpirun (the binary built with MPI): each run equal bit for bit to --ranks 2 (two forked processes; the
-update of --ranks 2 against the same step in one process is test_xsa.cu's check): the weights, every loss
+update of --ranks 2 against the same step in one process is test_infra.cu's check): the weights, every loss
 and val bpb; a stop by SIGTERM and its resume equal to the run without the stop; chat_eval's items split
 over launched ranks give --ranks 2's table. A rank that fails or is killed ends the other with an error;
 bad launcher variables and rendezvous files end in one error line. The sharded optimizer (the default with
@@ -221,7 +221,7 @@ class TestShardedOptimizer(TempDirTest):
 class TestOtherRanks(TempDirTest):
     """A checkpoint of 2 ranks resumed on 1 and on 4 (the data loaders' states dealt out anew; the
     optimizer's whole state shared out as the new ranks' shards): both runs go on to the end, say so, and
-    train on (their loss near the uninterrupted run's). The dealing itself is test_xsa.cu's check."""
+    train on (their loss near the uninterrupted run's). The dealing itself is test_infra.cu's check."""
 
     FLAGS = "-d 1 --dim 32 --heads 2 -t 32 -b 2 -B 256 --warmup-steps 2 --eval-every 3 --eval-tokens 256 --sample-every -1 --core-every -1 -n 8 --save-every 4"
 
