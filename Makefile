@@ -1,8 +1,9 @@
 # xsa-train build. `make train_gpt` picks the backend for this machine. `make test` builds the CPU
 # binaries and runs the test suites (dev/test/run_tests.py): the C++ suites test_xsa (the numerics) and
 # dev/test/test_infra (the infrastructure), the end-to-end tests of the binaries and the tests of the
-# Python tools; it needs only a C++ compiler, make and python3 (the tests that need
-# dev/data/requirements.txt are skipped without it). `make test-all` (CI) adds every CUDA
+# Python tools; it needs only a C++ compiler, make and python3: the Python packages of dev/requirements.txt
+# that some tests need it installs into build/venv with pip (dev/test/python_env.py; the tests that need
+# them skip where the package index cannot be reached). `make test-all` (CI) adds every CUDA
 # target compiled where nvcc exists (warnings are errors), and the CUDA suite on a GPU or the CUDA
 # kernels on the CPU emulator where there is none.
 
@@ -41,7 +42,7 @@ CUDA_CHECKS = $(patsubst dev/cuda/%.cu,dev/cuda/bin/%,$(wildcard dev/cuda/*_chec
 # the Python that runs the tests (e.g. PYTHON=python3.12 make test); its packages decide what is skipped
 PYTHON ?= python3
 
-.PHONY: chat-tools all test test-all test_cuda cuda_targets gpu_binaries bench clean train_gpt emu_test fuzz fuzz-build fuzz-seeds test-sanitize
+.PHONY: chat-tools all test test-all test-cuda test_cuda cuda_targets gpu_binaries bench clean train_gpt emu_test fuzz fuzz-build fuzz-seeds test-sanitize
 
 all: train_gpt_cpu eval_core test_xsa_cpu test_infra_cpu
 
@@ -163,17 +164,27 @@ $(GPU_BIN)/test_xsa_cpu: test_xsa.cu dev/test/check.h train_gpt.cu $(HEADERS)
 # "N passed, N failed[, N skipped]" over all of them (dev/test/run_tests.py): ./test_xsa_cpu (the
 # numerics), ./test_infra_cpu (the infrastructure), dev/test/test_e2e.py (the binaries end to end) and
 # the Python tools' tests (dev/**/test_*.py).
-test: test_xsa_cpu test_infra_cpu train_gpt_cpu eval_core $(CHAT_TOOLS) dev/data/bin/tokenize dev/data/bin/calc
-	$(PYTHON) dev/test/run_tests.py
+# TEST_PYTHON: the Python that runs the suites (dev/test/python_env.py: this python3 if it has the packages of
+# dev/requirements.txt, else build/venv with them, made by pip on the first run; it says which)
+TEST_PYTHON = "$$($(PYTHON) dev/test/python_env.py)"
+# the binaries the suites run, built with one job per core (so a plain `make test` builds as make -j does)
+TEST_BINS = test_xsa_cpu test_infra_cpu train_gpt_cpu eval_core $(CHAT_TOOLS) dev/data/bin/tokenize dev/data/bin/calc
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+test:
+	@$(MAKE) --no-print-directory -j$(NPROC) $(TEST_BINS)
+	$(TEST_PYTHON) dev/test/run_tests.py
 
-# test's suites, plus: every CUDA target compiled where nvcc exists (cuda_targets, one check), and
-# ./test_xsa_cuda where a GPU is (and nvcc, to build it), else the CUDA kernels on the CPU emulator
-# (emu_test's targets, one check each; the real CUDA tests: dev/gpu_check.sh on a GPU machine).
-# (CUDA_COMPILE is not written as $(MAKE) in the recipe: that would make `make -n test-all` run the tests.)
-CUDA_COMPILE = $(MAKE) --no-print-directory cuda_targets
-test-all: test_xsa_cpu test_infra_cpu train_gpt_cpu eval_core $(CHAT_TOOLS) dev/data/bin/tokenize dev/data/bin/calc
-	$(PYTHON) dev/test/run_tests.py $(if $(HAS_NVCC),--compile '$(CUDA_COMPILE)') \
+# The CUDA code without the CPU suites: every CUDA target compiled where nvcc exists (cuda_targets, one
+# check), and ./test_xsa_cuda where a GPU is (and nvcc, to build it), else the CUDA kernels on the CPU
+# emulator (EMU_TEST_TARGETS, one check each; the real CUDA tests: dev/gpu_check.sh on a GPU machine).
+# make test-all = make test + make test-cuda. (CUDA_COMPILE is not written as $(MAKE) in the recipe: that
+# would make `make -n test-cuda` run it.)
+CUDA_COMPILE = $(MAKE) --no-print-directory -j$(NPROC) cuda_targets
+test-cuda:
+	$(TEST_PYTHON) dev/test/run_tests.py --cpp '' --no-python $(if $(HAS_NVCC),--compile '$(CUDA_COMPILE)') \
 	    $(if $(and $(HAS_GPU),$(HAS_NVCC)),--cuda ./test_xsa_cuda,--emu '$(EMU_TEST_TARGETS)')
+
+test-all: test test-cuda
 
 dev/bench/bench_fwdbwd: dev/bench/bench_fwdbwd.cu train_gpt.cu $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) -x c++ dev/bench/bench_fwdbwd.cu -o $@
@@ -219,7 +230,8 @@ dev/fuzz/bin/%: dev/fuzz/%.cpp dev/fuzz/fuzz_util.h train_gpt.cu $(HEADERS)
 
 fuzz-build: $(FUZZ_BINS)
 
-fuzz: fuzz-build
+fuzz:
+	@$(MAKE) --no-print-directory -j$(NPROC) fuzz-build
 	$(PYTHON) dev/fuzz/run_fuzz.py --seconds $(FUZZ_SECONDS)
 
 # rewrites the committed seed corpus dev/fuzz/corpus/ (after a file format changes)
@@ -272,7 +284,8 @@ $(SAN_DIR)/dev/data/bin/tokenize: dev/data/tokenize.cpp $(HEADERS)
 	@mkdir -p $(SAN_DIR)/dev/data/bin
 	$(CXX) $(SANFLAGS) $(LIBFLAGS) $(OMPFLAGS) -I. $< -o $@
 
-test-sanitize: $(SAN_BINS)
+test-sanitize:
+	@$(MAKE) --no-print-directory -j$(NPROC) $(SAN_BINS)
 	rm -rf $(SAN_DIR)/reports && mkdir -p $(SAN_DIR)/reports
-	$(SAN_ENV) $(PYTHON) dev/test/run_tests.py --cpp $(SAN_DIR)/test_xsa_cpu --cpp $(SAN_DIR)/test_infra_cpu --python 'dev/test/test_*.py' --python dev/data/test_encoder.py \
+	$(SAN_ENV) $(TEST_PYTHON) dev/test/run_tests.py --cpp $(SAN_DIR)/test_xsa_cpu --cpp $(SAN_DIR)/test_infra_cpu --python 'dev/test/test_*.py' --python dev/data/test_encoder.py \
 	    --sanitizer-logs $(SAN_DIR)/reports

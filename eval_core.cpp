@@ -3,7 +3,7 @@ eval_core.cpp: CORE (nanochat's in-context metric, dev/docs/evaluation.md#core) 
     make eval_core && ./eval_core -e CHECKPOINT -c TASKDIR [-m MAX_PER_TASK] [-o results.csv]
 CHECKPOINT is a checkpoint (DIR/ckpt_STEP.safetensors) or weights exported with --export-safetensors:
 any safetensors file with our configuration metadata. TASKDIR holds the task files dev/data/core.py
-wrote with the model's tokenizer. The scoring itself is core_evaluate in train_gpt.cu and core.h, the
+wrote with the model's tokenizer. The scoring itself is core_evaluate (llmc/core_evaluate.h) and core.h, the
 same code train_gpt runs with --core-every.
 */
 #define TRAIN_GPT_NO_MAIN  // use train_gpt.cu as a library: everything but main()

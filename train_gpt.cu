@@ -50,7 +50,7 @@ Model (nanochat a825e63 and later; every formula in dev/docs/model.md), per toke
 #include "llmc/tokenizer.h"    // the tokenizer file: token bytes, BOS, byte lengths for bits per byte
 #include "llmc/safetensors.h"  // weights and checkpoint files
 #include "llmc/core.h"         // CORE task files, scoring and aggregation
-#include "llmc/ranks.cuh"      // data parallelism: forked rank processes, gradient sums (NCCL / shared memory)
+#include "llmc/ranks.cuh"      // data parallelism: forked or launched ranks, their sums (NCCL / shared memory / MPI)
 #include "llmc/logger.h"       // metrics.jsonl: JSON lines built with escaping, written with checks and flushed
 
 
@@ -541,7 +541,7 @@ static bool plan_fits(double bytes, double available) {
 // CUDA, of 4, 2, 1 on the CPU, that divides the total batch and whose memory plan fits (plan_fits). The
 // plan counts XSA's buffers (a learnable alpha's too) on every layer whether XSA is on or not, so a baseline
 // and its XSA runs get the same rows, hence the same data order and validation set. Otherwise 1 (which
-// check_memory may refuse).
+// memory_problem may refuse).
 static int default_batch(const GPTConfig& c, long total_batch, double available, int optimizer_shards) {
     GPTConfig with_xsa = c;
     with_xsa.xsa_layer.assign(c.n_layer, true);
@@ -761,7 +761,8 @@ static void gpt_load_weights(GPT* model, const SafetensorsFile& file) {
 }
 
 // What a tokenizer maps ids to: every token's bytes and special flag (not the file's version or sample
-// prompts), hashed. Model files record it, so that sample and chat can check a tokenizer against them.
+// prompts), hashed. Model files record it, so that sample, chat_cli, chat_eval and chat_sft can check a
+// tokenizer against them.
 static std::string tokenizer_fingerprint(const Tokenizer* tok) {
     Fnv1a fnv;
     for (int i = 0; i < tok->vocab_size; i++) {
@@ -860,9 +861,9 @@ static const float* layer_alpha(const GPT* model, int l) {
     return layer_has_xsa(model->config, l) ? model->xsa_alpha + (size_t)l * model->config.n_head : nullptr;
 }
 
-// The forward is written in three pieces that the generation's forward (gpt_decode_pass) shares: a layer's
-// attention inputs, a layer's attention output and MLP, and the head. Each works on the first N tokens of
-// the activations (acts), laid out for the batch set last.
+// The forward is written in three pieces that generation's decode step (gpt_decode_step, llmc/engine.h)
+// shares: a layer's attention inputs, a layer's attention output and MLP, and the head. Each works on the
+// first N tokens of the activations (acts), laid out for the batch set last.
 
 // Layer l up to attention: x_mix = the lambda mix of x and x0, h = norm(x_mix), q | k | v = h W_qkv^T (one
 // GEMM: N = (H + 2 Hkv) D reads h once), the value embeddings mixed into v (VE layers). q, k before rotary.
@@ -1109,7 +1110,7 @@ struct UpdateSchedule {
 // base training's schedules at update `it`
 static UpdateSchedule base_schedule(const OptimConfig& o, int it) { return {lr_multiplier(o, it), muon_momentum(o, it), muon_weight_decay(o, it)}; }
 
-// the schedules of a step on token shards: base training's (train_step; SFT's: chat/chat_sft.cu)
+// the schedules of a step on token shards: base training's (train_step; SFT's: chat/sft.h)
 static UpdateSchedule update_schedule(const OptimConfig& o, const DataLoader*, int it) { return base_schedule(o, it); }
 
 // A Muon group: every block matrix of one shape (nanochat's groups), with its momentum and NorMuon state
@@ -1491,7 +1492,7 @@ struct StepResult {
 // One optimizer step: the gradient of the mean loss over `accum` micro-batches on every rank (summed over
 // the ranks: each micro-batch weighs 1 / (accum x ranks)), then the update, the same on every rank, with
 // the schedules' values at update `it` of the run, taken once the micro-batches are drawn (update_schedule:
-// base training's, below, depend on `it` alone; SFT's, in chat/chat_sft.cu, on the data read so far too).
+// base training's, above, depend on `it` alone; SFT's, in chat/sft.h, on the data read so far too).
 // Stops the run if the loss, the gradient or the updated parameters are not finite. Reading the step's
 // sums is its only wait for the device. Loader: DataLoader (base training) or SftLoader.
 template <typename Loader>
@@ -1613,8 +1614,9 @@ static double mean_of(const std::vector<double>& v) {
     return v.empty() ? NAN : s / v.size();
 }
 
-// Progress of long work (an evaluation, CORE): a line when it starts, then at most every 30 s a line with
-// what is done, the total and an estimate of the time left, so that a log shows a run is alive. Rank 0 only.
+// Progress of long work (an evaluation, CORE): a line when it starts, then at most every --progress-every
+// seconds (30) a line with what is done, the total and an estimate of the time left, so that a log shows a
+// run is alive. Rank 0 only.
 struct Progress {
     const char *what, *unit;  // "val bpb", "batches"
     long total = 0;
@@ -1937,7 +1939,7 @@ static void print_plan(const TrainingPlan& plan, int accum) {
 }
 
 // SIGINT and SIGTERM (Ctrl-C, a scheduler's pre-emption) ask the run to stop after the current optimizer
-// step, with a checkpoint (main's loop, run_stop). A second request, a second or more after the first,
+// step, with a checkpoint (run_train's loop, run_stop). A second request, a second or more after the first,
 // ends the process at once: the handler restores the default action and raises the signal again. (Two
 // copies of one request, e.g. from the terminal and from the --ranks supervisor, arrive together.)
 static volatile sig_atomic_t g_stop_signal = 0;
@@ -2000,7 +2002,7 @@ static void lock_run_dir(const std::string& dir) {
 }
 
 // Everything a training run holds: set up by run_setup_*, driven by run_train. Loader: DataLoader (base
-// training) or SftLoader (chat/chat_sft.cu, which drives the same loop).
+// training) or SftLoader (chat/sft_loader.h: chat/chat_sft.cu drives the same loop).
 template <typename Loader>
 struct Run {
     std::vector<std::string> argv;  // the command line, for the resume command a stopped run prints
@@ -2389,7 +2391,7 @@ static void run_begin(Run<Loader>* run, int argc, char** argv) {
 }
 
 // The run, once set up: the estimate, then the loop of evaluations, samples, checkpoints and steps, then the
-// end. evaluate_more(step): the program's own evaluations after the shared ones (chat_sft: ChatCORE).
+// end. evaluate_more(step, last): the program's own evaluations after the shared ones (chat_sft: ChatCORE).
 template <typename Loader, typename Evaluate>
 static void run_train(Run<Loader>* run, Evaluate evaluate_more) {
     const Args& a = run->args;

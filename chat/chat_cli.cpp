@@ -1,5 +1,5 @@
 /*
-chat.cpp: talk with a model that went through SFT, in nanochat's chat format.
+chat_cli.cpp: talk with a model that went through SFT, in nanochat's chat format.
     make chat_cli && ./chat_cli -e CHECKPOINT [-t 0.6] [-k 50] [-n 256] [-p "one question"]
 Each user turn is <|user_start|> text <|user_end|>, then <|assistant_start|>, and the model answers until
 it writes <|assistant_end|> (or <|bos|>, or -n tokens); the answer and <|assistant_end|> join the
@@ -7,7 +7,7 @@ conversation, and the next turn sees all of it (the whole conversation is one se
 nanochat's chat_cli builds it). Type 'clear' to start over, 'quit' or end of input to stop. With -p:
 one answer to that text, then exit. A base model's answers will not make sense; the path works all the same.
 As nanochat's engine, the answer may use the calculator: <|python_start|> 12/60 <|python_end|> is followed
-by <|output_start|> 0.2 <|output_end|>, forced in (train_gpt.cu: CalculatorTool).
+by <|output_start|> 0.2 <|output_end|>, forced in (chat/tool.h: CalculatorTool).
 */
 #define TRAIN_GPT_NO_MAIN  // use train_gpt.cu as a library: everything but main()
 #include "../train_gpt.cu"

@@ -3,7 +3,7 @@ chat_eval.cpp: ChatCORE (nanochat's chat metric, dev/docs/evaluation.md#chatcore
     make chat_eval && ./chat_eval -e CHECKPOINT -c TASKDIR [--max-cat N] [--max-sample N] [-o results.csv] [--ranks N]
 CHECKPOINT is a checkpoint (DIR/ckpt_STEP.safetensors) or weights exported with --export-safetensors.
 TASKDIR holds the task files dev/data/chat_eval.py wrote with the model's tokenizer. The scoring is
-chatcore_evaluate in train_gpt.cu and chatcore.h, the same code train_gpt --sft runs with --chatcore-every.
+chatcore_evaluate (chatcore_evaluate.h) and chatcore.h, the same code chat_sft runs with --chatcore-every.
 HumanEval runs the model's code with python3 in separate processes (5 s and 256 MB each).
 */
 #define TRAIN_GPT_NO_MAIN  // use train_gpt.cu as a library: everything but main()

@@ -3,7 +3,7 @@
 // at the end of the prompt, restricted to the choices' letters), GSM8K and HumanEval (generative: a greedy
 // answer, then the task's checker). Python renders the prompts exactly as nanochat does; this side reads the
 // files, checks answers (the GSM8K number, HumanEval's code run against its tests in a separate Python
-// process) and aggregates. The model runs in train_gpt.cu (chatcore_evaluate).
+// process) and aggregates. The model runs in chatcore_evaluate.h (chatcore_evaluate).
 //
 // Task file (little-endian):
 //   int32 header[256]: [0] = 20261203 (magic), [1] = 1 (version), [2] = kind (0 categorical, 1 generative),

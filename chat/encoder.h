@@ -1,6 +1,6 @@
 // encoder.h: text -> token ids with the tokenizer file's ranks and split pattern (llmc/tokenizer.h loads
 // them), token for token as tiktoken encodes (dev/data/test_encoder.py checks it). Training never encodes
-// text (its shards and sample prompts are pre-tokenized); sampling, chat and the calculator tool do.
+// text (its shards and sample prompts are pre-tokenized); sample, chat_cli and the calculator tool do.
 #pragma once
 
 #include <queue>

@@ -1,8 +1,8 @@
-// generation_args.h: what sample, chat_cli and chat_eval share: the generation flags (-e, --tokenizer, -n, -t, -k, -s)
-// and a trained model loaded with its tokenizer. Included after train_gpt.cu (as a library).
+// generation_args.h: what sample and chat_cli share, the generation flags (-e, --tokenizer, -n, -t, -k, -s),
+// and, with chat_eval, a trained model loaded with its tokenizer. Included after train_gpt.cu (as a library).
 #pragma once
 
-// The command line sample and chat share: -e, --tokenizer, -n, -t, -k, -s (their defaults differ).
+// The command line sample and chat_cli share: -e, --tokenizer, -n, -t, -k, -s (their defaults differ).
 struct GenerationArgs {
     std::string weights, tokenizer;  // -e, --tokenizer
     int max_new = 128;               // -n
@@ -32,9 +32,10 @@ static void validate_generation_args(const GenerationArgs& a, const char* progra
     if (a.sampling.top_k < 0) fail("-k must be >= 0, got %d", a.sampling.top_k);
 }
 
-// For sample and chat: the model in a checkpoint or export (`path`), and its tokenizer: `tokenizer_path` if
-// given, else the one the model's file names. The tokenizer must be the one the model was trained with
-// (same fingerprint; files written before fingerprints were recorded: the same vocabulary size).
+// For sample, chat_cli and chat_eval: the model in a checkpoint or export (`path`), and its tokenizer:
+// `tokenizer_path` if given, else the one the model's file names. The tokenizer must be the one the model
+// was trained with (same fingerprint; files written before fingerprints were recorded: the same vocabulary
+// size).
 static void load_model_and_tokenizer(GPT* model, Tokenizer* tok, const std::string& path, std::string tokenizer_path) {
     SafetensorsFile file = safetensors_read(path);
     const bool recorded = file.metadata.count("tokenizer_fingerprint") > 0;

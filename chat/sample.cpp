@@ -3,7 +3,7 @@ sample.cpp: continue a text with a trained model, the tokens printed as they are
     make sample && ./sample -e CHECKPOINT [-p "text"] [-n 128] [-t 0.8] [-k 50] [-s 42]
 CHECKPOINT is a checkpoint (DIR/ckpt_STEP.safetensors) or weights exported with --export-safetensors.
 The text is encoded with the model's tokenizer (the one its file names, or --tokenizer FILE), BOS first,
-then continued with the KV cache (train_gpt.cu: generate) until -n tokens, a BOS (the start of a new
+then continued with the KV cache (llmc/engine.h: generate) until -n tokens, a BOS (the start of a new
 document), or the end of the model's context. Without -p the text is read from stdin. Several -p give
 several rows, generated together and printed at the end. Speeds go to stderr.
 */

@@ -1,4 +1,4 @@
-// sft_loader.h: conversations for SFT (dev/docs/data.md#sft): the conversation files of dev/data/sft.py
+// sft_loader.h: conversations for SFT (dev/docs/data.md#sft-conversations): the conversation files of dev/data/sft.py
 // and nanochat's chat_sft packing of them.
 //
 // File layout: int32 header[256]: [0] = 20261202 (magic), [1] = 1 (version), [2], [3] = conversations C

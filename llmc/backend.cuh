@@ -147,7 +147,7 @@ static inline void backend_phases_collect() {
     p.names.clear();
 }
 
-// Starts the backend and says which it is on `log` (null: says nothing; sample and chat keep their output
+// Starts the backend and says which it is on `log` (null: says nothing; sample and chat_cli keep their output
 // for the text and name the backend in their own summary lines)
 static inline void backend_init(FILE* log = stdout) {
 #ifdef __CUDACC__

@@ -175,7 +175,7 @@ static bool parse_bool(const char* flag, const char* value) {
     fail("%s expects 0 or 1, got '%s'", flag, value);
 }
 
-// The command line of the small programs (eval_core, sample, chat), where every option takes a value:
+// The command line of the small programs (eval_core, sample, chat_cli, chat_eval), where every option takes a value:
 // -h / --help prints usage() and exits 0; handle(flag, value) returns false for an unknown option.
 template <typename Handler>
 static void parse_options(int argc, char** argv, void (*usage)(), Handler handle) {

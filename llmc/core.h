@@ -1,7 +1,7 @@
 // core.h: CORE (nanochat's 22-task in-context metric, dev/docs/evaluation.md#core) over the pre-tokenized
 // task files that dev/data/core.py writes. Python renders the prompts and computes the answer spans (few-shot sampling
 // and tokenisation must match nanochat exactly); this side only reads, scores and aggregates. The model
-// forward that produces the logits is in train_gpt.cu (core_evaluate).
+// forward that produces the logits is in llmc/core_evaluate.h (core_evaluate).
 //
 // Task file (little-endian):
 //   int32 header[256]: [0] = 20241202 (magic), [1] = 1 (version), [2] = type (0 multiple_choice,

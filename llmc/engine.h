@@ -1,7 +1,7 @@
 // engine.h: generation (nanochat's engine): a KV cache per layer, the prompt's forward (prefill), then one
 // token per row at a time reading the earlier tokens from the cache (decode); sampling; generate() with an
 // optional tool that forces tokens in (the calculator of chat generation: chat/tool.h). The trainer's
-// greedy samples, ChatCORE, sample and chat all generate through it. Part of train_gpt.cu,
+// greedy samples, ChatCORE, sample and chat_cli all generate through it. Part of train_gpt.cu,
 // included after the model's forward (the decode step runs the same ops on the same weights).
 #pragma once
 

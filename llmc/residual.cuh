@@ -262,7 +262,7 @@ static inline void add_rows_inplace_cuda(floatX* y, size_t y_stride, const float
     cudaCheckLaunch();
 }
 
-// y (n) += factor * scalar[0] * x   (the CPU twin is axpy_cpu with a = factor * scalar)
+// y (n) += factor * scalar[0] * x   (the CPU twin is scaled_add_cpu)
 static inline void scaled_add_cuda(floatX* y, const float* scalar, float factor, const floatX* x, size_t n, cudaStream_t stream) {
     if (n == 0) return;
     if (aligned16(y) && aligned16(x)) scaled_add_kernel<true><<<residual_grid(n), 256, 0, stream>>>(y, scalar, factor, x, n);

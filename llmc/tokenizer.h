@@ -1,7 +1,8 @@
 // tokenizer.h: the tokenizer file written by dev/data/climbmix.py: every token's raw bytes, which ids
 // are special, the BOS id, pre-tokenized sample prompts and (version 2) the split pattern. Training only
-// decodes and counts bytes for bits-per-byte (the shards are pre-tokenized); sampling and chat encode text,
-// token for token as tiktoken does with the same ranks and pattern (dev/data/test_encoder.py checks it).
+// decodes and counts bytes for bits-per-byte (the shards are pre-tokenized); sample and chat_cli encode text
+// (chat/encoder.h), token for token as tiktoken does with the same ranks and pattern (dev/data/test_encoder.py
+// checks it).
 //
 // File layout (little-endian):
 //   int32 header[256]: [0] = 20241201 (magic), [1] = version (1 or 2), [2] = vocab size V, [3] = BOS id,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Encoding speed of the C++ encoder (llmc/tokenizer.h, through dev/data/bin/tokenize --bench) against tiktoken's
+"""Encoding speed of the C++ encoder (chat/encoder.h, through dev/data/bin/tokenize --bench) against tiktoken's
 encode_ordinary, both on one thread, on the same texts with the same tokenizer, measured alternately so that a
 machine shared with other work slows both alike:
 

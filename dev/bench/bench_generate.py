@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-Generation speed: ./sample (the KV cache of train_gpt.cu) against PyTorch running the same greedy
+Generation speed: ./sample (the KV cache of llmc/engine.h) against PyTorch running the same greedy
 generation with its own KV cache, side by side on the same model, prompt and thread count.
 
     python3 dev/bench/bench_generate.py [--depth 12] [--prompt-tokens 512] [--new 128] [--threads 2] [--xsa-alpha 0]
@@ -12,7 +12,7 @@ embedded corpus's validation text, cut to --prompt-tokens tokens (BOS first). Py
 model's weights (dev/reference/model.py) run by a KV-cache generator written here (prefill: one forward with
 scaled_dot_product_attention; decode: one token at a time over preallocated K/V caches), fp32, inference
 mode. Prints both sides' prefill and decode tokens/s, the ratio, and whether the greedy tokens agree.
-Needs torch and numpy (the benchmark baseline is a current PyTorch: dev/bench/README.md).
+Needs torch and numpy (the benchmark baseline is a current PyTorch: dev/docs/performance.md).
 """
 import argparse
 import math

@@ -25,7 +25,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 HEADER = os.path.join(REPO, "chat", "unicode_classes.h")
 WANT_VERSION = "16.0.0"  # tiktoken 0.14.0's regex crate (regex-syntax 0.8)
 
-# the class numbers tokenizer.h uses
+# the class numbers encoder.h uses
 OTHER, LETTER, NUMBER, SPACE = 0, 1, 2, 3
 NAMES = {LETTER: "CP_LETTER", NUMBER: "CP_NUMBER", SPACE: "CP_SPACE"}
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tests of the C++ encoder (llmc/tokenizer.h: tokenizer_encode, tokenizer_encode_with_specials), run through
+"""Tests of the C++ encoder (chat/encoder.h: tokenizer_encode, tokenizer_encode_with_specials), run through
 dev/data/bin/tokenize, against tiktoken (the encoder the token shards are written with) token for token:
 encode_ordinary(text.decode("utf-8", errors="replace")), and encode(..., allowed_special="all") for --specials.
 

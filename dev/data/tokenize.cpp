@@ -1,4 +1,4 @@
-// tokenize: text -> token ids with a tokenizer file (llmc/tokenizer.h), for the encoder's tests
+// tokenize: text -> token ids with a tokenizer file (llmc/tokenizer.h; chat/encoder.h), for the encoder's tests
 // (dev/data/test_encoder.py) and benchmark (dev/bench/bench_encode.py). make dev/data/bin/tokenize
 //
 //   dev/data/bin/tokenize TOKENIZER [FILE|-] [--specials] [--batch] [--bench SECONDS]

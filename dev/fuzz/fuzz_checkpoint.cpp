@@ -1,7 +1,7 @@
 // fuzz_checkpoint: checkpoint and weight-file metadata, as train_gpt.cu reads it: config_from_metadata
-// (eval_core and --init-from build a model from a file's metadata) and load_checkpoint (--resume: the
-// model and optimizer keys compared with the run's, ranks, batch, data fingerprint, step counters, loss,
-// the weights, optimizer.state and the data-loader state restored).
+// (eval_core and --init-from build a model from a file's metadata) and load_checkpoint (llmc/checkpoint.h;
+// --resume: the model and optimizer keys compared with the run's, ranks, batch, data fingerprint, step
+// counters, loss, the weights, optimizer.state and the data-loader state restored).
 //
 // The input is the JSON header of a safetensors file; the harness completes the file with the u64 header
 // length in front and, behind, the data section of a real checkpoint of a tiny model (2 layers, width 24,

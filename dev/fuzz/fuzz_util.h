@@ -6,7 +6,7 @@
 // a sanitizer report (ASan: out-of-bounds, use-after-free, leaks; UBSan: overflow, misalignment, bad
 // shifts, ...), an uncaught exception (std::bad_alloc from an allocation a file sized, std::stoi's
 // exceptions), an allocation over -malloc_limit_mb, a hang, or a rejection message that does not name
-// the file (fuzz_reject_names).
+// the file (fuzz_parse).
 #pragma once
 
 #ifndef XSA_FUZZ
@@ -116,7 +116,7 @@ static inline bool fuzz_mutate_json(std::string* json, unsigned seed) {
 }
 
 // Writes `data` as the seed file DIR/NAME (the harnesses that derive their seeds from the real files
-// write them when run with XSA_FUZZ_WRITE_SEEDS=DIR; dev/fuzz/make_seeds.sh).
+// write them when run with XSA_FUZZ_WRITE_SEEDS=DIR; dev/fuzz/make_seeds.py).
 static inline void fuzz_write_seed(const std::string& dir, const std::string& name, const void* data, size_t size) {
     const std::string path = dir + "/" + name;
     FILE* f = fopen(path.c_str(), "wb");

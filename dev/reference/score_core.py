@@ -8,8 +8,8 @@ core_eval.py scores them (dev/docs/evaluation.md#scoring), in float64.
 
 MODEL.safetensors: weights under nanochat's parameter names (fp32) with the config in the metadata (keys
 vocab_size, n_layer, n_head, n_kv_head, head_dim, n_embd, seq_len, window_pattern, short_window,
-value_embeds, smear, xsa_alpha, xsa_layers; softcap optional, default 15), e.g. what train_gpt
---export-safetensors writes, or a file of dev/reference/data/.
+value_embeds, smear, xsa_alpha, xsa_layers; xsa_learnable optional, default 0; softcap optional, default
+15), e.g. what train_gpt --export-safetensors writes, or a file of dev/reference/data/.
 
 Per item, all its prompts form one batch, right-padded with BOS, and run through one forward pass (softcapped
 logits). Per position: cross-entropy against the next token and the argmax prediction (the last column has

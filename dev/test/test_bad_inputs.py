@@ -19,8 +19,8 @@ The binaries are ./train_gpt_cpu and ./eval_core, or those in $XSA_BIN_DIR (make
 A comment "# FAILS at f7b1cb3 (where): ..." above a case says that the case failed at that commit, where
 the fix belongs, and what was observed; it is to be removed with the fix. The groups: token shards
 (dataloader.h), tokenizer files (llmc/tokenizer.h), safetensors (llmc/safetensors.h; the configuration
-metadata in train_gpt.cu), checkpoints (train_gpt.cu load_checkpoint / latest_checkpoint, the loader
-state in dataloader.h), CORE task files and labels (llmc/core.h), flags (train_gpt.cu), output paths and
+metadata in train_gpt.cu), checkpoints (llmc/checkpoint.h load_checkpoint / latest_checkpoint, the loader
+state in dataloader.h), CORE task files and labels (llmc/core.h), flags (train_gpt.cu, llmc/args.h), output paths and
 full disks (train_gpt.cu, llmc/common.h, llmc/logger.h).
 Standard library only.
 """
@@ -615,7 +615,7 @@ class TestSafetensors(Case):
 
 
 # ----------------------------------------------------------------------------------------------------
-# Checkpoints (train_gpt.cu load_checkpoint, latest_checkpoint; dataloader.h dataloader_restore): --resume
+# Checkpoints (llmc/checkpoint.h load_checkpoint, latest_checkpoint; dataloader.h dataloader_restore): --resume
 
 class TestCheckpoints(Case):
     def edit(self, **kw):

@@ -3,7 +3,7 @@
 few steps on the embedded corpus: the greedy continuation of sample equals the trainer's own greedy
 samples (which come from the same KV-cache generation, but from prompts that tiktoken tokenized when the
 tokenizer file was written: so this also checks the C++ encoder on them); streaming and stdin; several
-rows; chat's one-shot path; and the bad inputs (exit code 1, one "error:" line): a prompt past the
+rows; chat_cli's one-shot path; and the bad inputs (exit code 1, one "error:" line): a prompt past the
 context, a tokenizer that is not the model's (another vocabulary, or the same size with other tokens), a
 model file that does not name its tokenizer, bad flags. The logits themselves are checked against a
 full forward by test_xsa.cu (test_kv_cache_generation).

@@ -281,7 +281,7 @@ static void test_bpb_by_hand() {
 // ----------------------------------------------------------------------------------------------------
 // 5. SFT: nanochat's best-fit packing of conversations with padding, worked out by hand
 
-// A conversation file (dataloader.h) of conversations c = 0, 1, ..: BOS (0) then lengths[c] - 1 tokens
+// A conversation file (chat/sft_loader.h) of conversations c = 0, 1, ..: BOS (0) then lengths[c] - 1 tokens
 // 10 c + 1, 10 c + 2, .., with mask 1 on the even positions
 static void write_conversations(const std::string& path, const std::vector<int>& lengths, int vocab) {
     std::vector<uint64_t> offsets = {0};

@@ -5,7 +5,7 @@ tokenizer): a tiny base model trained for a few steps, then fine-tuned for one e
 masked validation loss falls; ChatCORE runs at the end on the embedded bundle; the run resumes bit for bit;
 exported weights start a fresh optimizer; bad options and bad conversation files end in one error line. The loss itself (ignored targets, the mean over
 the rest) is checked against the PyTorch reference by test_xsa.cu (dev/reference/data/sft_masked), and the
-packing against a hand-worked example there too.
+packing against a hand-worked example by dev/test/test_infra.cu.
 
     python3 dev/test/test_sft_train.py        (or all suites: make test)
 

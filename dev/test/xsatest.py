@@ -16,7 +16,7 @@ import tempfile
 import unittest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-REQUIREMENTS = "python3 -m pip install -r dev/data/requirements.txt"
+REQUIREMENTS = "make test installs dev/requirements.txt into build/venv when it can reach the package index (dev/test/python_env.py)"
 
 
 def run(argv, want_stdout=True, stdin=subprocess.DEVNULL):
@@ -103,7 +103,7 @@ def in_ci():
 
 
 def needs_packages(*names):
-    """Class decorator for tests that need the data packages of dev/data/requirements.txt: when one cannot
+    """Class decorator for tests that need packages of dev/requirements.txt: when one cannot
     be imported, the tests are skipped with the command that installs them, except in CI (the environment
     variable CI set), where they must run: there every test of the class fails with that command."""
     missing = []

@@ -1,7 +1,8 @@
 // nccl.h for the CUDA emulator: the NCCL calls ranks.cuh makes, for ranks that are processes forked on one
-// machine. Documented semantics kept: ncclAllReduce is a stream operation (it runs when the emulator runs
-// the stream's work, in issue order), every rank must issue the same collectives in the same order, and
-// the result is the same on every rank. The sum adds the ranks' values in rank order.
+// machine. Documented semantics kept: a collective (ncclAllReduce, ncclReduce, ncclBroadcast) is a stream
+// operation (it runs when the emulator runs the stream's work, in issue order), every rank must issue the
+// same collectives in the same order, and the result is the same on every rank. The sum adds the ranks'
+// values in rank order.
 //
 // The ranks meet in a file mapped by all of them: ncclGetUniqueId creates it (its path is the id), and
 // ncclCommInitRank maps it. The file's zero-filled header is a sense-reversing barrier (atomics in shared
