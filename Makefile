@@ -98,7 +98,7 @@ eval_core_cuda: eval_core.cpp train_gpt.cu $(HEADERS)
 test_xsa_cuda: test_xsa.cu dev/test/check.h train_gpt.cu $(HEADERS)
 	$(NVCC) $(NVCCFLAGS) $(NVCC_LIBFLAGS) -x cu test_xsa.cu -o $@ $(CUDA_LIBS)
 
-# text -> token ids with llmc/tokenizer.h's encoder, for its tests (dev/data/test_encoder.py) and benchmark
+# text -> token ids with chat/encoder.h, for its tests (dev/data/test_encoder.py) and benchmark
 dev/data/bin/tokenize: dev/data/tokenize.cpp $(HEADERS)
 	@mkdir -p dev/data/bin
 	$(CXX) $(CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) -I. $< -o $@

@@ -1708,6 +1708,7 @@ static const char* const USAGE =
         "  --head-dim N           channels per head (default 64; 128 gives nanochat's own shapes)\n"
         "  -t, --seq-len N        sequence length T (default 2048)\n"
         "  --seed N               initialisation seed (default 42)\n"
+        "  --init-from FILE       start from the weights of a safetensors file (nanochat names) instead\n"
         "XSA\n"
         "  -x, --xsa ALPHA        XSA strength in [0, 1] (default 0 = standard attention), or learn: one alpha\n"
         "                         per layer and head, tanh of a parameter that starts at 0 (the baseline)\n"

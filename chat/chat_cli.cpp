@@ -17,7 +17,7 @@ by <|output_start|> 0.2 <|output_end|>, forced in (chat/tool.h: CalculatorTool).
 #include <iostream>
 
 static void usage() {
-    printf("usage: chat -e CHECKPOINT [-p TEXT] [-n TOKENS] [-t TEMPERATURE] [-k TOP_K] [-s SEED] [--tokenizer FILE]\n"
+    printf("usage: chat_cli -e CHECKPOINT [-p TEXT] [-n TOKENS] [-t TEMPERATURE] [-k TOP_K] [-s SEED] [--tokenizer FILE]\n"
            "  -e FILE          checkpoint or exported weights of a chat (SFT) model\n"
            "  -p TEXT          answer this one message and exit (default: an interactive conversation on stdin)\n"
            "  -n N             tokens per answer, at most (default 256)\n"

@@ -1,5 +1,6 @@
 // chatcore_evaluate.h: ChatCORE of a chat model: the forwards and generations that chatcore.h's tasks and
-// checkers score. Included after train_gpt.cu (as a library) and chat/tool.h; chat_eval and chat_sft run it.
+// checkers score (with chat/tool.h's calculator). Included after train_gpt.cu (as a library); chat_eval and
+// chat_sft run it.
 #pragma once
 
 #include "chatcore.h"

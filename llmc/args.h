@@ -11,7 +11,6 @@ static const char* const RUN_USAGE =
         "  -o, --output DIR       write DIR/metrics.jsonl and checkpoints DIR/ckpt_STEP.safetensors\n"
         "  --save-every N         checkpoint every N steps (default -1: only at the end); needs -o\n"
         "  --resume DIR           continue from the latest checkpoint in DIR, bit-identically (same flags)\n"
-        "  --init-from FILE       start from the weights of a safetensors file (nanochat names)\n"
         "  --export-safetensors FILE  write the final weights as safetensors (nanochat names, fp32)\n"
         "Distributed\n"
         "  --ranks N              data parallel over N ranks: N GPUs (CUDA, with NCCL) or N processes (CPU);\n"

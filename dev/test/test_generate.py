@@ -124,7 +124,7 @@ class TestGenerate(xsatest.TempDirTest):
 
     def test_stdin_rows_and_chat(self):
         """an empty text from stdin (BOS only) works; two -p rows print two rows; sampling is seeded;
-        chat -p answers once"""
+        chat_cli -p answers once"""
         code, out, err = self.sample("-n", "8", stdin=b"")
         with self.subTest("empty stdin: exit 0"):
             self.assertEqual(code, 0, err)
@@ -150,7 +150,7 @@ class TestGenerate(xsatest.TempDirTest):
             self.assertTrue(p.returncode == 0 and out.count("Assistant: ") == 2 and "(conversation cleared)" in out and out.count("User: ") == 4, out)
 
     def test_bad_inputs(self):
-        """sample and chat: one error line and exit 1 for each bad input"""
+        """sample and chat_cli: one error line and exit 1 for each bad input"""
         sample, chat = binary("sample"), binary("chat_cli")
         check_one_error(self, [sample, "-e", self.model, "-p", "word " * 100], "the model's context is 64")
         check_one_error(self, [sample, "-p", "x"], "needs -e CHECKPOINT")

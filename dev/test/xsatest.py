@@ -1,5 +1,5 @@
-"""Helpers shared by the Python test suites (dev/test/test_e2e.py, dev/test_compare_runs.py,
-dev/data/test_climbmix.py, dev/data/test_core.py, dev/data/test_encoder.py). Standard library only.
+"""Helpers shared by the Python test suites (dev/test/test_*.py, dev/test_*.py, dev/data/test_*.py). Standard
+library only.
 
 The suites run the binaries and scripts from the repository root, each test in its own temporary
 directory; run them all with `make test` (dev/test/run_tests.py), or one with `python3 FILE`.
