@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Runs each fuzz harness of dev/fuzz/ for a bounded time (make fuzz; standard library only).
 
-    python3 dev/fuzz/run_fuzz.py [--seconds S] [--bin DIR] [HARNESS ...]
+    python3 dev/fuzz/run_fuzz.py [--seconds S] [--jobs J] [--bin DIR] [HARNESS ...]
 
-Each harness (default: every dev/fuzz/fuzz_*.cpp, built in --bin) runs for S seconds (-max_total_time)
+Each harness (default: every dev/fuzz/fuzz_*.cpp, built in --bin) runs for S seconds (-max_total_time),
+J of them at a time (default: one per core; each harness is one process)
 on a fresh working corpus (the new inputs it finds go there, not into the committed seeds of
 dev/fuzz/corpus/HARNESS/, which it reads as a second corpus; fuzz_checkpoint and fuzz_loader_state
 first regenerate their derived seeds there, so they match the code being fuzzed). A finding (a sanitizer
@@ -14,6 +15,7 @@ harness (executions, per second, libFuzzer's cov: and ft: numbers, corpus size),
 `N passed, N failed`; exits 1 if any harness failed.
 """
 import argparse
+import concurrent.futures
 import glob
 import os
 import re
@@ -76,6 +78,7 @@ def run_one(exe, name, seconds, work, artifacts):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=int, default=60, help="per harness (default 60)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="harnesses at a time (default: one per core)")
     ap.add_argument("--bin", default=os.path.join(FUZZ, "bin"), help="where the built harnesses are (default dev/fuzz/bin)")
     ap.add_argument("harnesses", nargs="*", help="default: every dev/fuzz/fuzz_*.cpp")
     args = ap.parse_args()
@@ -85,23 +88,27 @@ def main():
     passed = failed = 0
     rows = []
     with tempfile.TemporaryDirectory(prefix="xsa_fuzz_") as work:
+        runnable = []
         for name in names:
             exe = os.path.join(args.bin, name)
-            if not os.access(exe, os.X_OK):
+            if os.access(exe, os.X_OK):
+                runnable.append((name, exe))
+            else:
                 print("FAIL %s: %s is not built (make fuzz-build)" % (name, exe))
                 failed += 1
-                continue
-            print("== %s, %d s" % (name, args.seconds))
-            sys.stdout.flush()
-            code, note, s = run_one(exe, name, args.seconds, work, artifacts)
-            ok = code == 0
-            passed += ok
-            failed += not ok
-            line = "%-20s %10s execs %7s/s  cov: %-6s ft: %-6s corp: %s" % (name, s.get("execs", "?"), s.get("per_s", "?"), s.get("cov", "?"),
-                                                                        s.get("ft", "?"), s.get("corp", "?"))
-            rows.append(("PASS" if ok else "FAIL") + " " + line)
-            print(rows[-1] + ("" if ok else "\n     " + note + "\n     log: " + os.path.relpath(os.path.join(artifacts, name + ".log"), REPO)))
-            sys.stdout.flush()
+        print("== %d harnesses, %d s each, %d at a time" % (len(runnable), args.seconds, args.jobs))
+        sys.stdout.flush()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            results = pool.map(lambda r: run_one(r[1], r[0], args.seconds, work, artifacts), runnable)
+            for (name, _), (code, note, s) in zip(runnable, results):  # in order, each as soon as it and those before it end
+                ok = code == 0
+                passed += ok
+                failed += not ok
+                line = "%-20s %10s execs %7s/s  cov: %-6s ft: %-6s corp: %s" % (name, s.get("execs", "?"), s.get("per_s", "?"),
+                                                                            s.get("cov", "?"), s.get("ft", "?"), s.get("corp", "?"))
+                rows.append(("PASS" if ok else "FAIL") + " " + line)
+                print(rows[-1] + ("" if ok else "\n     " + note + "\n     log: " + os.path.relpath(os.path.join(artifacts, name + ".log"), REPO)))
+                sys.stdout.flush()
     print("== fuzz summary (%d s per harness)" % args.seconds)
     for r in rows:
         print(r)
