@@ -201,10 +201,11 @@ clean:
 	       dev/bench/bench_fwdbwd dev/bench/bench_fwdbwd_cuda dev/bench/bench_cpu_kernels dev/cuda/bin dev/fuzz/bin dev/fuzz/artifacts build/sanitize dev/data/bin
 
 # The CUDA code on the CPU emulator (dev/cuda/emu/README.md), no GPU needed: the emulator's self-test and
-# the quickest kernel harnesses, about 5 minutes on two cores (selftest 20 s, loss 65 s, elementwise 185 s,
-# matmul 30 s; optim, attention, test_xsa and train take longer: dev/cuda/emu/run.sh all). Fails on any
-# failed check or hazard. make test-all runs these where no GPU is.
-EMU_TEST_TARGETS = selftest loss elementwise matmul
+# the quickest kernel harnesses, one per core at a time, the longest first: 100 s on two cores (elementwise
+# 100 s beside selftest 7 s, loss 35 s and matmul 21 s; 2026-12-05); optim, attention, test_xsa and train
+# take longer: dev/cuda/emu/run.sh all. Fails on any failed check or hazard. make test-cuda runs these
+# where no GPU is.
+EMU_TEST_TARGETS = elementwise selftest loss matmul
 emu_test:
 	dev/cuda/emu/run.sh $(EMU_TEST_TARGETS)
 
@@ -290,8 +291,10 @@ $(SAN_DIR)/dev/data/bin/tokenize: dev/data/tokenize.cpp $(HEADERS)
 	@mkdir -p $(SAN_DIR)/dev/data/bin
 	$(CXX) $(SANFLAGS) $(LIBFLAGS) $(OMPFLAGS) -I. $< -o $@
 
+# the suites that run the binaries (the gpu_check script's and python_env.py's tests run none: make test runs them)
+SAN_PY_SUITES = $(filter-out dev/test/test_gpu_check.py dev/test/test_python_env.py,$(wildcard dev/test/test_*.py)) dev/data/test_encoder.py
 test-sanitize:
 	@$(MAKE) --no-print-directory -j$(NPROC) $(SAN_BINS)
 	rm -rf $(SAN_DIR)/reports && mkdir -p $(SAN_DIR)/reports
-	$(SAN_ENV) $(TEST_PYTHON) dev/test/run_tests.py --cpp $(SAN_DIR)/test_xsa_cpu --cpp $(SAN_DIR)/test_infra_cpu --python 'dev/test/test_*.py' --python dev/data/test_encoder.py \
+	$(SAN_ENV) $(TEST_PYTHON) dev/test/run_tests.py --cpp $(SAN_DIR)/test_xsa_cpu --cpp $(SAN_DIR)/test_infra_cpu $(addprefix --python ,$(SAN_PY_SUITES)) \
 	    --sanitizer-logs $(SAN_DIR)/reports

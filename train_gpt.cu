@@ -22,7 +22,6 @@ Model (nanochat a825e63 and later; every formula in dev/docs/model.md), per toke
     if i == L/2: x_half = x
   x = norm(x - backout_lambda * x_half);  logits = 15 tanh(x lm_head^T / 15);  loss = cross-entropy
 */
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <csignal>
 #include <ctime>
@@ -51,7 +50,7 @@ Model (nanochat a825e63 and later; every formula in dev/docs/model.md), per toke
 #include "llmc/safetensors.h"  // weights and checkpoint files
 #include "llmc/core.h"         // CORE task files, scoring and aggregation
 #include "llmc/ranks.cuh"      // data parallelism: forked or launched ranks, their sums (NCCL / shared memory / MPI)
-#include "llmc/logger.h"       // metrics.jsonl: JSON lines built with escaping, written with checks and flushed
+#include "llmc/logger.h"       // metrics.jsonl: JSON lines built with escaping, written with checks and flushed; progress lines
 
 
 // ----------------------------------------------------------------------------------------------------
@@ -1614,32 +1613,6 @@ static double mean_of(const std::vector<double>& v) {
     return v.empty() ? NAN : s / v.size();
 }
 
-// Progress of long work (an evaluation, CORE): a line when it starts, then at most every --progress-every
-// seconds (30) a line with what is done, the total and an estimate of the time left, so that a log shows a
-// run is alive. Rank 0 only.
-struct Progress {
-    const char *what, *unit;  // "val bpb", "batches"
-    long total = 0;
-    double start_ms = 0.0, last_ms = 0.0;
-};
-
-static double g_progress_every_ms = 30000.0;  // --progress-every
-
-static Progress progress_start(const char* what, const char* unit, long total) {
-    Progress p{what, unit, total, wall_ms(), wall_ms()};
-    if (g_ranks.rank == 0) printf("%s: %ld %s\n", what, total, unit);
-    return p;
-}
-
-static void progress_update(Progress* p, long done) {
-    const double now = wall_ms();
-    if (g_ranks.rank != 0 || now - p->last_ms < g_progress_every_ms || done <= 0) return;
-    p->last_ms = now;
-    const double elapsed = (now - p->start_ms) / 1000.0;
-    printf("%s: %ld/%ld %s (%.0f%%) in %.0f s, ETA %.0f s\n", p->what, done, p->total, p->unit, 100.0 * done / p->total, elapsed,
-           elapsed / done * (p->total - done));
-}
-
 // bpb = total nats / (ln 2 * total bytes) over the first `steps` batches of a fresh pass over the
 // validation data (DataLoader or SftLoader: there the targets not ignored). Every rank packs the same
 // batches (val is a single-rank loader) and runs the forward of every world-th one, so the value does not
@@ -1975,31 +1948,6 @@ static int stop_requested() {
     signals[g_ranks.rank] = g_stop_signal;
     ranks_sum_doubles(signals.data(), signals.size());
     return (int)*std::max_element(signals.begin(), signals.end());
-}
-
-// Before any work: creates the output directory (-o), and checks that a weights file goes into an existing
-// directory, not onto a directory.
-static void check_outputs(const Args& a) {
-    const std::string& out = !a.output_dir.empty() ? a.output_dir : a.resume_dir;
-    if (!out.empty() && mkdir(out.c_str(), 0755) != 0 && errno != EEXIST) fail("cannot create '%s': %s", out.c_str(), strerror(errno));
-    if (a.export_path.empty()) return;
-    struct stat st;
-    if (stat(a.export_path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) fail("--export-safetensors '%s' is a directory", a.export_path.c_str());
-    const size_t slash = a.export_path.rfind('/');
-    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : a.export_path.substr(0, slash);
-    if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-        fail("--export-safetensors '%s': the directory '%s' does not exist", a.export_path.c_str(), dir.c_str());
-    if (access(dir.c_str(), W_OK) != 0) fail("--export-safetensors '%s': cannot write into '%s': %s", a.export_path.c_str(), dir.c_str(), strerror(errno));
-}
-
-// One run at a time in a directory: an exclusive lock on DIR/.lock, held until the process exits (also
-// when it is killed), so a second run into the same directory cannot interleave checkpoints and metrics.
-static void lock_run_dir(const std::string& dir) {
-    const std::string path = dir + "/.lock";
-    const int fd = open(path.c_str(), O_CREAT | O_RDWR, 0644);
-    if (fd < 0) fail("cannot write into '%s': %s", dir.c_str(), strerror(errno));
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0)
-        fail("another run is using '%s' (it holds %s); wait for it to end, or use another -o", dir.c_str(), path.c_str());
 }
 
 // Everything a training run holds: set up by run_setup_*, driven by run_train. Loader: DataLoader (base

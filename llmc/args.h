@@ -1,8 +1,9 @@
 // args.h: the command line of the two training programs, train_gpt and chat/chat_sft.cu: what a run is
 // given (Args), the options both take (output, ranks, debugging; batch, steps and evaluation, which each
-// documents in its own words), and the parser (every option takes a value; an unknown one is answered with
-// the nearest documented one). Each program keeps its own options and usage beside its main. Part of
-// train_gpt.cu, included after the optimizer (Args holds the model's and the optimizer's settings).
+// documents in its own words), the parser (every option takes a value; an unknown one is answered with the
+// nearest documented one), and the output paths checked before any work. Each program keeps its own
+// options and usage beside its main. Part of train_gpt.cu, included after the optimizer (Args holds the
+// model's and the optimizer's settings).
 #pragma once
 
 // The options train_gpt and chat/chat_sft.cu share (parse_run_flag): output and ranks
@@ -168,4 +169,19 @@ static void check_run_args(const Args& args) {
     if (!(args.progress_every > 0.0f)) fail("--progress-every must be > 0 seconds, got %g", args.progress_every);
     if (args.save_every < 1 && args.save_every != -1) fail("--save-every must be >= 1 or -1, got %d", args.save_every);
     if (args.save_every > 0 && args.output_dir.empty() && args.resume_dir.empty()) fail("--save-every needs -o DIR for the checkpoints");
+}
+
+// Before any work: creates the output directory (-o), and checks that a weights file goes into an existing
+// directory, not onto a directory.
+static void check_outputs(const Args& a) {
+    const std::string& out = !a.output_dir.empty() ? a.output_dir : a.resume_dir;
+    if (!out.empty() && mkdir(out.c_str(), 0755) != 0 && errno != EEXIST) fail("cannot create '%s': %s", out.c_str(), strerror(errno));
+    if (a.export_path.empty()) return;
+    struct stat st;
+    if (stat(a.export_path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) fail("--export-safetensors '%s' is a directory", a.export_path.c_str());
+    const size_t slash = a.export_path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : a.export_path.substr(0, slash);
+    if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+        fail("--export-safetensors '%s': the directory '%s' does not exist", a.export_path.c_str(), dir.c_str());
+    if (access(dir.c_str(), W_OK) != 0) fail("--export-safetensors '%s': cannot write into '%s': %s", a.export_path.c_str(), dir.c_str(), strerror(errno));
 }

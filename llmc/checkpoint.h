@@ -1,11 +1,23 @@
 // checkpoint.h: checkpoints (nanochat's checkpoint_manager): one safetensors file holding the parameters
 // (nanochat's names), the optimizer state in the replicated layout (whatever the ranks' sharding), each
 // rank's data-loader state and the loop state, so that --resume continues bit-identically; the optimizer
-// settings as metadata and back; the latest checkpoint of a directory; metrics.jsonl cut back on resume.
+// settings as metadata (chat/sft.h reads them back); the latest checkpoint of a directory; metrics.jsonl
+// cut back on resume; the lock that keeps a second run out of a run's directory.
 // Part of train_gpt.cu, included after the optimizer and the training step (it saves and loads GPT,
 // Optimizer and the loaders), as llm.c keeps its checkpoint code beside the model.
 #pragma once
 
+#include <sys/file.h>  // flock: one run at a time in a directory
+
+// One run at a time in a directory: an exclusive lock on DIR/.lock, held until the process exits (also
+// when it is killed), so a second run into the same directory cannot interleave checkpoints and metrics.
+static void lock_run_dir(const std::string& dir) {
+    const std::string path = dir + "/.lock";
+    const int fd = open(path.c_str(), O_CREAT | O_RDWR, 0644);
+    if (fd < 0) fail("cannot write into '%s': %s", dir.c_str(), strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0)
+        fail("another run is using '%s' (it holds %s); wait for it to end, or use another -o", dir.c_str(), path.c_str());
+}
 
 static const char* CHECKPOINT_FORMAT = "xsa-checkpoint-1";
 

@@ -3,7 +3,7 @@
 // written as null, which JSON has, rather than nan, which it has not) and written by metrics_write, which
 // flushes it at once (a reader such as `tail -f` or a killed run sees every line) and checks every write:
 // a full disk or an I/O error ends the run with one error line instead of a log that silently stops, and
-// leaves the file ending in a whole line.
+// leaves the file ending in a whole line. And Progress: a console line now and then while long work runs.
 #pragma once
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 
 #include "common.h"
 #include "safetensors.h"  // json_escape
+#include "ranks.cuh"      // g_ranks: only rank 0 prints progress
 
 struct JsonLine {
     std::string body;  // "key": value pairs so far, comma-separated
@@ -101,4 +102,30 @@ static inline void metrics_sync(MetricsLog* log) {
 static inline void metrics_close(MetricsLog* log) {
     if (log->fd >= 0 && close(log->fd) != 0) fail("cannot write to '%s': %s", log->path.c_str(), strerror(errno));
     log->fd = -1;
+}
+
+// Progress of long work (an evaluation, CORE): a line when it starts, then at most every --progress-every
+// seconds (30) a line with what is done, the total and an estimate of the time left, so that a log shows a
+// run is alive. Rank 0 only.
+struct Progress {
+    const char *what, *unit;  // "val bpb", "batches"
+    long total = 0;
+    double start_ms = 0.0, last_ms = 0.0;
+};
+
+static double g_progress_every_ms = 30000.0;  // --progress-every
+
+static Progress progress_start(const char* what, const char* unit, long total) {
+    Progress p{what, unit, total, wall_ms(), wall_ms()};
+    if (g_ranks.rank == 0) printf("%s: %ld %s\n", what, total, unit);
+    return p;
+}
+
+static void progress_update(Progress* p, long done) {
+    const double now = wall_ms();
+    if (g_ranks.rank != 0 || now - p->last_ms < g_progress_every_ms || done <= 0) return;
+    p->last_ms = now;
+    const double elapsed = (now - p->start_ms) / 1000.0;
+    printf("%s: %ld/%ld %s (%.0f%%) in %.0f s, ETA %.0f s\n", p->what, done, p->total, p->unit, 100.0 * done / p->total, elapsed,
+           elapsed / done * (p->total - done));
 }

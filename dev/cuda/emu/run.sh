@@ -6,6 +6,7 @@
 #   targets: selftest elementwise loss matmul optim attention test_xsa train train_ranks gpu_check, or all (default: selftest)
 #   EMU_ASAN=1   build the targets with ASan+UBSan (the self-test always is)
 #   EMU_KEEP=1   keep the temporary directory (sources, binaries, one log per target)
+#   EMU_JOBS=N   targets run N at a time (default: one per core; each target is one process, its fibers on one thread)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
@@ -32,13 +33,16 @@ python3 "$emu/transform.py" "$work/src" "$work/gen" && python3 "$emu/patch.py" "
 
 sanitize="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 # -O1: the fibers' stacks stay small and ASan builds stay fast; OpenMP only in the cuBLASLt shim
-build() {  # build NAME SOURCE (relative to the transformed tree) [flags]
+build() {  # build NAME SOURCE (relative to the transformed tree) [flags]; once, when targets running at once share it
     local name=$1 src=$2
     shift 2
+    exec {lock}> "$work/bin/$name.lock" && flock "$lock" || return 1
+    if [ -x "$work/bin/$name" ]; then exec {lock}>&-; return 0; fi
     (cd "$work/gen" && g++ -std=c++17 -O1 -g -fopenmp -D__CUDACC__ -I"$emu" -I. -include cuda_runtime.h \
         -Wno-unknown-pragmas -Wno-unused-function -Wno-unused-variable -Wno-deprecated-declarations \
-        "$@" -x c++ "$src" -o "$work/bin/$name") > "$work/logs/build_$name.log" 2>&1 ||
-        { cat "$work/logs/build_$name.log"; return 1; }
+        "$@" -x c++ "$src" -o "$work/bin/$name.tmp") > "$work/logs/build_$name.log" 2>&1 && mv "$work/bin/$name.tmp" "$work/bin/$name" ||
+        { cat "$work/logs/build_$name.log"; exec {lock}>&-; return 1; }
+    exec {lock}>&-
 }
 target_flags=""
 [ "${EMU_ASAN:-0}" = 1 ] && target_flags=$sanitize
@@ -200,24 +204,34 @@ run_target() {
     esac
 }
 
+# the targets, EMU_JOBS at a time, each into its own log; then, in order, each one's verdict
+run_logged() {
+    local t=$1 start
+    start=$(date +%s)
+    run_target "$t" > "$work/logs/$t.log" 2>&1
+    echo "$? $(($(date +%s) - start))" > "$work/logs/$t.rc"
+}
+jobs_max=${EMU_JOBS:-$(nproc 2>/dev/null || echo 1)}
+for t in "${targets[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
+    echo "== emu: $t"
+    run_logged "$t" &
+done
+wait
 summary=()
 failed=0
 for t in "${targets[@]}"; do
-    echo "== emu: $t"
-    start=$(date +%s)
-    run_target "$t" > "$work/logs/$t.log" 2>&1
-    rc=$?
-    secs=$(($(date +%s) - start))
+    read -r rc secs < "$work/logs/$t.rc" || { rc=1; secs=0; }
     # the hazards the emulator or the sanitizers reported, and the check counts the target printed
     hazards=0  # the self-test's log lists the hazards it provoked on purpose
     [ "$t" != selftest ] && hazards=$(grep -cE "^EMULATOR: |AddressSanitizer|runtime error:" "$work/logs/$t.log")
     counts=$(grep -oE "[0-9]+ (checks|passed), [0-9]+ failed|(PASS|FAIL): [0-9]+ failed checks" "$work/logs/$t.log" | tail -n 1)
-    if [ $rc -eq 0 ] && [ "$hazards" -eq 0 ]; then verdict=PASS; else verdict=FAIL; failed=1; fi
+    if [ "$rc" -eq 0 ] && [ "$hazards" -eq 0 ]; then verdict=PASS; else verdict=FAIL; failed=1; fi
     # on failure, the failed checks and the reports (the harnesses' closing table repeats rows: left out)
     [ $verdict = FAIL ] && grep -E "(^| )(FAIL|MISSED|FAILED)( |$)|NOT DETERMINISTIC|^EMULATOR: |AddressSanitizer|runtime error:|error:" \
         "$work/logs/$t.log" | grep -v "  FAIL$" | head -n 20
     [ "$t" = selftest ] && counts="$(grep -c '^reported' "$work/logs/$t.log") hazards reported, $(grep -c '^passes' "$work/logs/$t.log") clean cases passed"
-    summary+=("$(printf '%-12s %s  %4ds  exit %d, %d hazards  %s' "$t" $verdict $secs $rc "$hazards" "$counts")")
+    summary+=("$(printf '%-12s %s  %4ds  exit %d, %d hazards  %s' "$t" $verdict "$secs" "$rc" "$hazards" "$counts")")
 done
 kind=plain
 [ -n "$target_flags" ] && kind=ASan+UBSan
