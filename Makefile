@@ -3,9 +3,9 @@
 # dev/test/test_infra (the infrastructure), the end-to-end tests of the binaries and the tests of the
 # Python tools; it needs only a C++ compiler, make and python3: the Python packages of dev/requirements.txt
 # that some tests need it installs into build/venv with pip (dev/test/python_env.py; the tests that need
-# them skip where the package index cannot be reached). `make test-all` (CI) adds every CUDA
-# target compiled where nvcc exists (warnings are errors), and the CUDA suite on a GPU or the CUDA
-# kernels on the CPU emulator where there is none.
+# them skip where the package index cannot be reached). `make test-cuda` (CI) compiles every CUDA target
+# where nvcc exists (warnings are errors), and runs the CUDA suite on a GPU or the CUDA kernels on the CPU
+# emulator where there is none; `make test-all` is both.
 
 CXX ?= g++
 # -march=native: the CPU backend's matmul and attention loops are written to be auto-vectorised for the

@@ -49,7 +49,7 @@ Model (nanochat a825e63 and later; every formula in dev/docs/model.md), per toke
 #include "llmc/tokenizer.h"    // the tokenizer file: token bytes, BOS, byte lengths for bits per byte
 #include "llmc/safetensors.h"  // weights and checkpoint files
 #include "llmc/core.h"         // CORE task files, scoring and aggregation
-#include "llmc/ranks.cuh"      // data parallelism: forked or launched ranks, their sums (NCCL / shared memory / MPI)
+#include "llmc/ranks.cuh"      // data parallelism: forked or launched ranks, their sums (NCCL / shared memory / MPI), stopping together
 #include "llmc/logger.h"       // metrics.jsonl: JSON lines built with escaping, written with checks and flushed; progress lines
 
 
@@ -1736,30 +1736,6 @@ static const char* const USAGE_MORE =
         "  --adamw-matrix-wd F    with --optimizer adamw: matrix weight decay (0.1)\n"
         "  --momentum-warmup-steps N  Muon momentum 0.85 -> 0.97 over N steps (400)\n";
 
-// Without -i, -j and --tokenizer: the ClimbMix shards dev/data/climbmix.py wrote into its default directory
-// (~/.cache/xsa-train/climbmix, or $XSA_DATA_DIR), when they are there, with the CORE task files that
-// dev/data/core.py made for them in its core/ (else CORE is off: the embedded tasks belong to the embedded
-// tokenizer); otherwise the embedded corpus.
-static void default_data(Args* args, bool core_given) {
-    const char* env = getenv("XSA_DATA_DIR");
-    const char* home = getenv("HOME");
-    const std::string dir = env && *env ? env : std::string(home ? home : "") + "/.cache/xsa-train/climbmix";
-    auto exists = [](const std::string& pattern) { return !matching_files(pattern).empty(); };
-    if (!exists(dir + "/tokenizer.bin") || !exists(dir + "/train_*.bin") || !exists(dir + "/val_*.bin")) return;
-    args->train_pattern = dir + "/train_*.bin";
-    args->val_pattern = dir + "/val_*.bin";
-    args->tokenizer_path = dir + "/tokenizer.bin";
-    printf("data: the ClimbMix shards in %s (found there; -i, -j and --tokenizer choose others)\n", dir.c_str());
-    if (core_given || args->core_every < 0) return;
-    if (exists(dir + "/core/*.bin")) {
-        args->core_dir = dir + "/core";
-    } else {
-        args->core_every = -1;
-        printf("CORE: off, no task files in %s/core (make them: python3 dev/data/core.py --bundle-zip --tokenizer %s/tokenizer.bin "
-               "--out %s/core --max-per-task %d)\n", dir.c_str(), dir.c_str(), dir.c_str(), args->core_max_per_task);
-    }
-}
-
 static Args parse_args(int argc, char** argv) {
     Args args;
     int depth = 12, dim = -1, heads = -1, kv_heads = -1, head_dim = -1, seq_len = 2048, short_window = -1;
@@ -1910,44 +1886,6 @@ static void print_plan(const TrainingPlan& plan, int accum) {
     }
     printf("peak lrs: %s | %s %.6g\n", lrs.c_str(), o.adamw_only ? "matrix wd" : "Muon wd", o.adamw_only ? o.matrix_adamw_wd : o.muon_wd);
     if (!o.adamw_only) printf("Muon: MuonEq %s, Muon+ %s\n", o.muon_eq ? "on" : "off", o.muon_plus ? "on" : "off");
-}
-
-// SIGINT and SIGTERM (Ctrl-C, a scheduler's pre-emption) ask the run to stop after the current optimizer
-// step, with a checkpoint (run_train's loop, run_stop). A second request, a second or more after the first,
-// ends the process at once: the handler restores the default action and raises the signal again. (Two
-// copies of one request, e.g. from the terminal and from the --ranks supervisor, arrive together.)
-static volatile sig_atomic_t g_stop_signal = 0;
-static volatile long g_stop_at_ms = 0;
-
-static void on_stop_signal(int sig) {
-    timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe, unlike most of libc
-    const long ms = (long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-    if (g_stop_signal == 0) {
-        g_stop_signal = sig;
-        g_stop_at_ms = ms;
-    } else if (ms - g_stop_at_ms > 1000) {
-        signal(sig, SIG_DFL);
-        raise(sig);
-    }
-}
-
-static void install_stop_handlers() {
-    struct sigaction stop = {};
-    stop.sa_handler = on_stop_signal;
-    stop.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &stop, nullptr);
-    sigaction(SIGTERM, &stop, nullptr);
-}
-
-// The signal that asked the run to stop, 0 if none; with several ranks, any rank's (all of them must
-// stop after the same step, since a checkpoint gathers every rank's loader state).
-static int stop_requested() {
-    if (g_ranks.world == 1) return g_stop_signal;
-    std::vector<double> signals(g_ranks.world, 0.0);
-    signals[g_ranks.rank] = g_stop_signal;
-    ranks_sum_doubles(signals.data(), signals.size());
-    return (int)*std::max_element(signals.begin(), signals.end());
 }
 
 // Everything a training run holds: set up by run_setup_*, driven by run_train. Loader: DataLoader (base

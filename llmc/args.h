@@ -1,9 +1,9 @@
 // args.h: the command line of the two training programs, train_gpt and chat/chat_sft.cu: what a run is
 // given (Args), the options both take (output, ranks, debugging; batch, steps and evaluation, which each
 // documents in its own words), the parser (every option takes a value; an unknown one is answered with the
-// nearest documented one), and the output paths checked before any work. Each program keeps its own
-// options and usage beside its main. Part of train_gpt.cu, included after the optimizer (Args holds the
-// model's and the optimizer's settings).
+// nearest documented one), the default data, and the output paths checked before any work. Each program
+// keeps its own options and usage beside its main. Part of train_gpt.cu, included after the optimizer
+// (Args holds the model's and the optimizer's settings).
 #pragma once
 
 // The options train_gpt and chat/chat_sft.cu share (parse_run_flag): output and ranks
@@ -93,6 +93,30 @@ struct Args {
     std::string core_dir = "dev/data/core_tasks";
     float progress_every = 30.0f;  // seconds
 };
+
+// Without -i, -j and --tokenizer: the ClimbMix shards dev/data/climbmix.py wrote into its default directory
+// (~/.cache/xsa-train/climbmix, or $XSA_DATA_DIR), when they are there, with the CORE task files that
+// dev/data/core.py made for them in its core/ (else CORE is off: the embedded tasks belong to the embedded
+// tokenizer); otherwise the embedded corpus.
+static void default_data(Args* args, bool core_given) {
+    const char* env = getenv("XSA_DATA_DIR");
+    const char* home = getenv("HOME");
+    const std::string dir = env && *env ? env : std::string(home ? home : "") + "/.cache/xsa-train/climbmix";
+    auto exists = [](const std::string& pattern) { return !matching_files(pattern).empty(); };
+    if (!exists(dir + "/tokenizer.bin") || !exists(dir + "/train_*.bin") || !exists(dir + "/val_*.bin")) return;
+    args->train_pattern = dir + "/train_*.bin";
+    args->val_pattern = dir + "/val_*.bin";
+    args->tokenizer_path = dir + "/tokenizer.bin";
+    printf("data: the ClimbMix shards in %s (found there; -i, -j and --tokenizer choose others)\n", dir.c_str());
+    if (core_given || args->core_every < 0) return;
+    if (exists(dir + "/core/*.bin")) {
+        args->core_dir = dir + "/core";
+    } else {
+        args->core_every = -1;
+        printf("CORE: off, no task files in %s/core (make them: python3 dev/data/core.py --bundle-zip --tokenizer %s/tokenizer.bin "
+               "--out %s/core --max-per-task %d)\n", dir.c_str(), dir.c_str(), dir.c_str(), args->core_max_per_task);
+    }
+}
 
 // The ranks that share the optimizer's work: all of them, unless --shard-optimizer 0.
 static int optimizer_shards(const Args& a) { return a.shard_optimizer ? g_ranks.world : 1; }

@@ -27,7 +27,8 @@
 // Rank 0 prints and writes the run directory; the others print nothing but their errors. Set-up errors
 // (a bad file, a checkpoint that does not fit) are the same on every rank, so during set-up the forked
 // ranks' errors are held back, and shown only if rank 0 did not fail as well. (Launched ranks have no
-// supervisor to hold them back: each says its errors, "rank r: " first.)
+// supervisor to hold them back: each says its errors, "rank r: " first.) A stop signal (SIGINT, SIGTERM)
+// stops every rank after the same step (stop_requested, at the end).
 #pragma once
 
 #include <fcntl.h>
@@ -41,6 +42,7 @@
 #include <unistd.h>
 #include <atomic>
 #include <climits>
+#include <ctime>
 #include <string>
 #include <vector>
 #include "backend.cuh"
@@ -627,4 +629,45 @@ static inline std::vector<std::vector<int64_t>> ranks_gather(const std::vector<i
     std::vector<std::vector<int64_t>> out(world);
     for (int r = 0; r < world; r++) out[r].assign(all.begin() + offset[r], all.begin() + offset[r + 1]);
     return out;
+}
+
+// ----------------------------------------------------------------------------------------------------
+// Stopping together
+
+// SIGINT and SIGTERM (Ctrl-C, a scheduler's pre-emption) ask the run to stop after the current optimizer
+// step, with a checkpoint (run_train's loop, run_stop). A second request, a second or more after the first,
+// ends the process at once: the handler restores the default action and raises the signal again. (Two
+// copies of one request, e.g. from the terminal and from the --ranks supervisor, arrive together.)
+static volatile sig_atomic_t g_stop_signal = 0;
+static volatile long g_stop_at_ms = 0;
+
+static void on_stop_signal(int sig) {
+    timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe, unlike most of libc
+    const long ms = (long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    if (g_stop_signal == 0) {
+        g_stop_signal = sig;
+        g_stop_at_ms = ms;
+    } else if (ms - g_stop_at_ms > 1000) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+}
+
+static void install_stop_handlers() {
+    struct sigaction stop = {};
+    stop.sa_handler = on_stop_signal;
+    stop.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &stop, nullptr);
+    sigaction(SIGTERM, &stop, nullptr);
+}
+
+// The signal that asked the run to stop, 0 if none; with several ranks, any rank's (all of them must
+// stop after the same step, since a checkpoint gathers every rank's loader state).
+static int stop_requested() {
+    if (g_ranks.world == 1) return g_stop_signal;
+    std::vector<double> signals(g_ranks.world, 0.0);
+    signals[g_ranks.rank] = g_stop_signal;
+    ranks_sum_doubles(signals.data(), signals.size());
+    return (int)*std::max_element(signals.begin(), signals.end());
 }

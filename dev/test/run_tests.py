@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The test runner of `make test` and `make test-all`: runs the suites one after the other, prints one
+"""The test runner of `make test`, `make test-cuda` and `make test-sanitize`: runs the suites one after the other, prints one
 PASS / FAIL / SKIP line per check as it goes, then a subtotal per suite and one final line,
 `N passed, N failed` (`, N skipped` added when some were). Exits 1 if any check failed.
 
@@ -7,7 +7,7 @@ PASS / FAIL / SKIP line per check as it goes, then a subtotal per suite and one 
                                   [--python GLOB] [--sanitizer-logs DIR]
 
 Suites, in this order:
-  * --compile CMD: a shell command that builds the CUDA targets (make test-all: make cuda_targets); 1 check
+  * --compile CMD: a shell command that builds the CUDA targets (make test-cuda: make cuda_targets); 1 check
   * the C++ suites, ./test_xsa_cpu (the numerics) then ./test_infra_cpu (the infrastructure), or those of --cpp BIN
     (repeatable; --cpp '' leaves them out): each a suite of its own, with its own "N passed, N failed" line
   * every Python suite dev/**/test_*.py (or those of --python GLOB, repeatable) (unittest): one check per test, or per subtest

@@ -3,10 +3,11 @@
 given torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK) that meet in a rendezvous file, and two started
 by mpirun (the binary built with MPI): each run equal bit for bit to --ranks 2 (two forked processes; the
 update of --ranks 2 against the same step in one process is test_infra.cu's check): the weights, every loss
-and val bpb; a stop by SIGTERM and its resume equal to the run without the stop; chat_eval's items split
-over launched ranks give --ranks 2's table. A rank that fails or is killed ends the other with an error;
-bad launcher variables and rendezvous files end in one error line. The sharded optimizer (the default with
-several ranks) equals the replicated one bit for bit, and their checkpoints resume each other.
+and val bpb; chat_eval's items split over launched ranks give --ranks 2's table. A rank that fails or is
+killed ends the other with an error; bad launcher variables and rendezvous files end in one error line.
+The sharded optimizer (the default with several ranks) equals the replicated one bit for bit, and their
+checkpoints resume each other. Launched ranks stopped by SIGTERM and resumed, and a checkpoint of 2 ranks
+resumed on 1 and on 4: dev/test/test_resume.py.
 
     python3 dev/test/test_launch.py     (or all suites: make test)
 
@@ -17,7 +18,6 @@ Standard library only.
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -122,30 +122,6 @@ class TestLaunched(TempDirTest):
         code, out, err = finish(start(MPIRUN + [binary("train_gpt_cpu")] + shlex.split(TINY) + ["-n", "1", "-i", "dev/data/devil/val_000000.bin"]))
         self.assertTrue(code != 0 and "error: rank 1: rank 1 of 2 gets no documents" in err, "exit %d, stderr:\n%s" % (code, err))
 
-    def test_stop_and_resume(self):
-        """SIGTERM to both launched ranks mid-run: a checkpoint and exit 143; resumed, the run ends as one without the stop"""
-        steps = 400
-        flags = TINY.replace("--eval-every 2", "--eval-every 100") + " -n %d" % steps
-        code, out, err = finish(start([binary("train_gpt_cpu")] + shlex.split(flags) + ["--ranks", "2", "-o", self.path("whole")]))
-        self.assertEqual(code, 0, out + err)
-        argv = [binary("train_gpt_cpu")] + shlex.split(flags) + ["-o", self.path("stopped"), "--rendezvous", self.path("rdv")]
-        procs = [start(argv, launcher_env(r)) for r in (0, 1)]
-        deadline = time.time() + TIMEOUT
-        while b'"step": 20,' not in read(self.path("stopped", "metrics.jsonl")) and time.time() < deadline:
-            time.sleep(0.05)
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        results = [finish(p) for p in procs]
-        self.assertEqual([r[0] for r in results], [128 + signal.SIGTERM] * 2, results)
-        self.assertIn("resume with:", results[0][1])
-        argv = [binary("train_gpt_cpu")] + shlex.split(flags) + ["--resume", self.path("stopped"), "--rendezvous", self.path("rdv2")]
-        procs = [start(argv, launcher_env(r)) for r in (1, 0)]
-        results = [finish(p) for p in procs]
-        self.assertEqual([r[0] for r in results], [0, 0], results)
-        got, want = weights_and_curves(self.path("stopped"), steps), weights_and_curves(self.path("whole"), steps)
-        self.assertTrue(got[0] != b"" and got[0] == want[0] and got[1][-1] == want[1][-1],
-                        "resumed: weights %s, last loss %s / %s" % ("identical" if got[0] == want[0] else "DIFFERENT", got[1][-1:], want[1][-1:]))
-
     def test_killed_rank(self):
         """kill -9 of rank 1 mid-run: rank 0 ends with one error line naming it, exit 1"""
         flags = TINY.replace("--eval-every 2", "--eval-every 1000") + " -n 100000"
@@ -216,29 +192,6 @@ class TestShardedOptimizer(TempDirTest):
         self.train("sharded", "-n 4 --optimizer adamw --ranks 2 --save-every 2")
         self.train("replicated", "-n 4 --optimizer adamw --ranks 2 --save-every 2 --shard-optimizer 0")
         self.assert_same("sharded", "replicated")
-
-
-class TestOtherRanks(TempDirTest):
-    """A checkpoint of 2 ranks resumed on 1 and on 4 (the data loaders' states dealt out anew; the
-    optimizer's whole state shared out as the new ranks' shards): both runs go on to the end, say so, and
-    train on (their loss near the uninterrupted run's). The dealing itself is test_infra.cu's check."""
-
-    FLAGS = "-d 1 --dim 32 --heads 2 -t 32 -b 2 -B 256 --warmup-steps 2 --eval-every 3 --eval-tokens 256 --sample-every -1 --core-every -1 -n 8 --save-every 4"
-
-    def test_resume_on_other_ranks(self):
-        argv = [binary("train_gpt_cpu")] + shlex.split(self.FLAGS)
-        code, out, err = finish(start(argv + ["--ranks", "2", "-o", self.path("two")]))
-        self.assertEqual(code, 0, out + err)
-        final = [m["loss"] for m in jsonl(self.path("two", "metrics.jsonl")) if m["kind"] == "train"][-1]
-        for ranks in (1, 4):
-            with self.subTest("2 ranks -> %d" % ranks):
-                d = self.path("on_%d" % ranks)
-                shutil.copytree(self.path("two"), d)
-                os.remove(os.path.join(d, "ckpt_000008.safetensors"))
-                code, out, err = finish(start(argv + ["--ranks", str(ranks), "--resume", d]))
-                losses = [m["loss"] for m in jsonl(os.path.join(d, "metrics.jsonl")) if m["kind"] == "train"]
-                self.assertTrue(code == 0 and "was written by 2 ranks, this run has %d" % ranks in out and len(losses) == 8 and
-                                abs(losses[-1] - final) < 0.05 * final, "exit %d, last loss %s (2 ranks: %s):\n%s%s" % (code, losses[-1:], final, out, err))
 
 
 class TestLaunchErrors(TempDirTest):
