@@ -56,7 +56,7 @@ static const char* const SFT_USAGE =
 
 static const char* const SFT_USAGE_MORE = "Finer settings and debugging (rarely set)\n";
 
-static SftRun* parse_sft_args(SftRun* s, int argc, char** argv) {
+static void parse_sft_args(SftRun* s, int argc, char** argv) {
     Args& args = s->run.args;
     SftArgs& sft = s->sft;
     args.eval_every = 200;  // chat_sft's defaults
@@ -66,14 +66,19 @@ static SftRun* parse_sft_args(SftRun* s, int argc, char** argv) {
     args.tokenizer_path.clear();  // the base model's own
     parse_command_line(argc, argv, std::string(SFT_USAGE) + RUN_USAGE + SFT_USAGE_MORE + RUN_USAGE_MORE, [&](const std::string& flag, const char* value) {
         const char* f = flag.c_str();
+        auto lr = [&] {  // given, an lr must be >= 0 (-1, the unset value, is not one a user can give)
+            const float v = parse_float(f, value);
+            if (v < 0.0f) fail("%s must be >= 0, got %g", f, v);
+            return v;
+        };
         if (flag == "--sft") sft.dir = value;
         else if (flag == "--init-lr-frac") sft.init_lr_frac = parse_float(f, value);
         else if (flag == "--warmup-ratio") sft.warmup_ratio = parse_float(f, value);
         else if (flag == "--warmdown-ratio") sft.warmdown_ratio = parse_float(f, value);
         else if (flag == "--final-lr-frac") sft.final_lr_frac = parse_float(f, value);
-        else if (flag == "--matrix-lr") sft.matrix_lr = parse_float(f, value);
-        else if (flag == "--embedding-lr") sft.embedding_lr = parse_float(f, value);
-        else if (flag == "--unembedding-lr") sft.unembedding_lr = parse_float(f, value);
+        else if (flag == "--matrix-lr") sft.matrix_lr = lr();
+        else if (flag == "--embedding-lr") sft.embedding_lr = lr();
+        else if (flag == "--unembedding-lr") sft.unembedding_lr = lr();
         else if (flag == "--load-optimizer") sft.load_optimizer = parse_bool(f, value);
         else if (flag == "--chatcore-every") sft.chatcore_every = parse_int32(f, value);
         else if (flag == "--chatcore-tasks") sft.chatcore_dir = value;
@@ -89,13 +94,10 @@ static SftRun* parse_sft_args(SftRun* s, int argc, char** argv) {
     if (!(sft.warmup_ratio >= 0.0f && sft.warmup_ratio <= 1.0f)) fail("--warmup-ratio must be in [0, 1], got %g", sft.warmup_ratio);
     if (!(sft.warmdown_ratio >= 0.0f && sft.warmdown_ratio <= 1.0f)) fail("--warmdown-ratio must be in [0, 1], got %g", sft.warmdown_ratio);
     if (!(sft.final_lr_frac >= 0.0f && sft.final_lr_frac <= 1.0f)) fail("--final-lr-frac must be in [0, 1], got %g", sft.final_lr_frac);
-    for (float lr : {sft.matrix_lr, sft.embedding_lr, sft.unembedding_lr})
-        if (lr < 0.0f && lr != -1.0f) fail("learning rates must be >= 0");
     if (sft.chatcore_every < 1 && sft.chatcore_every != -1) fail("--chatcore-every must be >= 1 or -1, got %d", sft.chatcore_every);
     for (int v : {sft.chatcore_max_cat, sft.chatcore_max_sample})
         if (v < 1 && v != -1) fail("--chatcore-max-cat and --chatcore-max-sample must be >= 1 or -1, got %d", v);
     sft.total_batch = args.optim.total_batch;
-    return s;
 }
 
 // ----------------------------------------------------------------------------------------------------

@@ -101,6 +101,7 @@ class TestSft(xsatest.TempDirTest):
         rejects(self, sft + " -x 0.5", "unknown option '-x'")
         test_e2e.rejects(self, "--init-lr-frac 0.5", "unknown option '--init-lr-frac'")  # SFT's options are chat_sft's alone
         rejects(self, sft + " --init-lr-frac 0", "--init-lr-frac must be > 0")
+        rejects(self, sft + " --matrix-lr -1", "--matrix-lr must be >= 0")  # -1 is the unset value inside: never taken from a user
         rejects(self, "--sft %s --init-from %s" % (self.q("missing"), self.base), "cannot open conversation file")
         good = read(os.path.join(xsatest.REPO, MINI, "sft_train.bin"))
         val = read(os.path.join(xsatest.REPO, MINI, "sft_val.bin"))
