@@ -103,6 +103,11 @@ dev/data/bin/tokenize: dev/data/tokenize.cpp $(HEADERS)
 	@mkdir -p dev/data/bin
 	$(CXX) $(CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) -I. $< -o $@
 
+# the rows the data loader packs for one rank, for the tests of the data order (dev/data/test_data_order.py)
+dev/data/bin/batches: dev/data/batches.cpp $(HEADERS)
+	@mkdir -p dev/data/bin
+	$(CXX) $(CXXFLAGS) $(LIBFLAGS) $(OMPFLAGS) -I. $< -o $@
+
 # nanochat's calculator tool with chat/calculator.h, for its tests (dev/data/test_calculator.py)
 dev/data/bin/calc: dev/data/calc.cpp $(HEADERS)
 	@mkdir -p dev/data/bin
@@ -168,7 +173,7 @@ $(GPU_BIN)/test_xsa_cpu: test_xsa.cu dev/test/check.h train_gpt.cu $(HEADERS)
 # dev/requirements.txt, else build/venv with them, made by pip on the first run; it says which)
 TEST_PYTHON = "$$($(PYTHON) dev/test/python_env.py)"
 # the binaries the suites run, built with one job per core (so a plain `make test` builds as make -j does)
-TEST_BINS = test_xsa_cpu test_infra_cpu train_gpt_cpu eval_core $(CHAT_TOOLS) dev/data/bin/tokenize dev/data/bin/calc
+TEST_BINS = test_xsa_cpu test_infra_cpu train_gpt_cpu eval_core $(CHAT_TOOLS) dev/data/bin/tokenize dev/data/bin/calc dev/data/bin/batches
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 test:
 	@$(MAKE) --no-print-directory -j$(NPROC) $(TEST_BINS)

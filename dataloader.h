@@ -5,11 +5,17 @@
 // 2: uint32 tokens), [2] = token count low 32 bits, [3] = high 32 bits (0 in llm.c files); then the
 // tokens. Every document starts with BOS, so documents are the spans between BOS tokens.
 //
-// Packing, per row of T+1 tokens: keep a buffer of >= 1000 documents (refilled 128 at a time); put in
-// the largest document that still fits; when none fits, crop the shortest to the space left and drop
-// its tail. Every row starts with BOS and no document spans two rows. inputs = row[0:T],
-// targets = row[1:T+1]. With several ranks, rank r reads the 128-document chunks r, r+W, r+2W, ... of
-// every shard (nanochat strides parquet row groups the same way).
+// Row groups: a shard made from a parquet file (dev/data/climbmix.py) has beside it SHARD.rowgroups, where
+// the file's row groups begin and how many documents each holds (layout at RowGroupFile below). Ranks stride
+// over row groups as nanochat does: rank r reads the row groups r, r+W, r+2W, ... of every shard, in order.
+// A shard without that file (made from other text, or before it existed) is read as row groups of 128
+// documents, counted from the shard's start. With a data seed (--data-seed, not nanochat's) the row groups of
+// each shard are visited in an order shuffled per shard and epoch, and the ranks stride over that order.
+//
+// Packing, per row of T+1 tokens: keep a buffer of >= 1000 documents, refilled with the next slice of at
+// most 128 documents of this rank's current row group (nanochat's _document_batches); put in the largest
+// document that still fits; when none fits, crop the shortest to the space left and drop its tail. Every row
+// starts with BOS and no document spans two rows. inputs = row[0:T], targets = row[1:T+1].
 //
 // Unlike nanochat, the state (stream position and the buffer's documents) is saved whole, so a resumed
 // run sees exactly the batches the uninterrupted run would have seen.
@@ -21,6 +27,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <algorithm>
 #include <string>
 #include <vector>
 #include "llmc/common.h"
@@ -185,15 +192,27 @@ static inline void mapped_file_check(const MappedFile& f) {
              f.path.c_str(), f.map_bytes, (unsigned long long)st.st_size, f.what);
 }
 
+// A row group: documents that were stored together in the parquet file a shard was made from
+struct RowGroup {
+    uint64_t start;      // the token offset of its first document's BOS
+    uint64_t documents;  // how many (parquet allows a row group of none)
+};
+
 // A token shard (layout at the top of this file)
 struct Shard : MappedFile {
     int version = 0;          // 1: uint16 tokens, 2: uint32 tokens
     uint64_t ntokens = 0;
+    // the row groups: from SHARD.rowgroups when it exists (read with the shard), else found by
+    // shard_row_groups the first time they are needed (a scan for BOS tokens)
+    std::vector<RowGroup> groups;
+    bool groups_from_file = false;
     uint32_t token(uint64_t i) const {
         const uint8_t* data = (const uint8_t*)map + SHARD_HEADER_BYTES;
         return version == 1 ? ((const uint16_t*)data)[i] : ((const uint32_t*)data)[i];
     }
 };
+
+static inline void shard_read_row_groups(Shard* s);
 
 // Maps a shard and checks its header against the file size. Token ids are checked as they are read.
 static inline Shard shard_open(const std::string& path) {
@@ -212,7 +231,76 @@ static inline Shard shard_open(const std::string& path) {
                  path.c_str(), (unsigned long long)s.ntokens, (unsigned long long)bytes_per_token, (unsigned long long)data_bytes);
         if (s.ntokens == 0) fail("shard '%s' holds no tokens", path.c_str());
     });
+    shard_read_row_groups(&s);
     return s;
+}
+
+// SHARD.rowgroups, little-endian: int32 header[8]: [0] = 20261205 (magic), [1] = 1 (version), [2] = row-group count G,
+// [3] = 0, [4] = the shard's token count low 32 bits, [5] = high 32 bits, [6..7] = 0; then per row group two
+// uint64: the token offset of its first document's BOS, and its document count. Offsets start at 0 and never
+// decrease; a group with documents ends where the next one with documents starts (or at the shard's end).
+static const int ROWGROUP_MAGIC = 20261205;
+static const char* ROWGROUP_SUFFIX = ".rowgroups";
+
+// Reads the row-group file of `s`, if it has one, checking it against the shard's size (the documents of each
+// group are counted as they are read: dataloader_refill).
+static inline void shard_read_row_groups(Shard* s) {
+    const std::string path = s->path + ROWGROUP_SUFFIX;
+    FILE* f = fopen(path.c_str(), "rb");
+    if (!f) {
+        if (errno == ENOENT) return;
+        fail("cannot open row-group file '%s': %s", path.c_str(), strerror(errno));
+    }
+    struct Closer {
+        FILE* f;
+        ~Closer() { fclose(f); }
+    } closer{f};
+    int32_t header[8];
+    if (fread(header, sizeof header, 1, f) != 1) fail("row-group file '%s' is truncated (no 32-byte header)", path.c_str());
+    if (header[0] != ROWGROUP_MAGIC || header[1] != 1) fail("'%s' is not a row-group file (magic %d version %d)", path.c_str(), header[0], header[1]);
+    const uint64_t ntokens = (uint64_t)(uint32_t)header[4] | ((uint64_t)(uint32_t)header[5] << 32);
+    if (ntokens != s->ntokens)
+        fail("row-group file '%s' describes a shard of %llu tokens, but '%s' has %llu (rewrite it: dev/data/climbmix.py)", path.c_str(),
+             (unsigned long long)ntokens, s->path.c_str(), (unsigned long long)s->ntokens);
+    if (header[2] < 1) fail("row-group file '%s' has %d row groups", path.c_str(), header[2]);
+    std::vector<uint64_t> pairs((size_t)header[2] * 2);
+    if (fread(pairs.data(), sizeof(uint64_t), pairs.size(), f) != pairs.size() || fgetc(f) != EOF)
+        fail("row-group file '%s' does not hold exactly the %d row groups its header announces", path.c_str(), header[2]);
+    std::vector<RowGroup> groups;
+    for (int g = 0; g < header[2]; g++) {
+        const uint64_t start = pairs[2 * g], documents = pairs[2 * g + 1];
+        if ((g == 0 && start != 0) || (g > 0 && start < groups.back().start) || start > s->ntokens || documents > s->ntokens - start ||
+            (documents > 0 && start == s->ntokens))
+            fail("row-group file '%s': row group %d (first token %llu, %llu documents) does not fit shard '%s' of %llu tokens", path.c_str(), g,
+                 (unsigned long long)start, (unsigned long long)documents, s->path.c_str(), (unsigned long long)s->ntokens);
+        groups.push_back({start, documents});
+    }
+    s->groups = groups;
+    s->groups_from_file = true;
+}
+
+// Without a row-group file: row groups of `docs_per_group` documents from the shard's start (one scan for BOS).
+static inline void shard_row_groups(Shard* s, int docs_per_group, int bos_id) {
+    if (!s->groups.empty()) return;
+    mapped_file_check(*s);
+    uint64_t docs = 0;
+    for (uint64_t i = 0; i < s->ntokens; i++) {
+        if (s->token(i) != (uint32_t)bos_id) {
+            if (i == 0) fail("shard '%s': token 0 is %u, not BOS (%d); every document must start with BOS (was it written with this tokenizer?)",
+                             s->path.c_str(), s->token(0), bos_id);
+            continue;
+        }
+        if (docs % docs_per_group == 0) s->groups.push_back({i, 0});
+        s->groups.back().documents++;
+        docs++;
+    }
+}
+
+// The token where row group g ends: the start of the next group with documents, or the shard's end.
+static inline uint64_t row_group_end(const Shard& s, size_t g) {
+    for (size_t h = g + 1; h < s.groups.size(); h++)
+        if (s.groups[h].documents > 0) return s.groups[h].start;
+    return s.ntokens;
 }
 
 static inline void shard_close(Shard* s) { mapped_file_close(s); }
@@ -248,76 +336,122 @@ struct DataLoader {
     int B = 0, T = 0;
     int rank = 0, world = 1;
     int buffer_target = 1000;  // documents kept to choose from (nanochat: 1000)
-    int chunk_docs = 128;      // documents added per refill, and the unit ranks stride over (nanochat: 128)
-    // stream position: the next document to read
+    int chunk_docs = 128;      // documents added per refill (nanochat: 128), and the row groups of a shard without a row-group file
+    // --data-seed: 0 (nanochat's order) reads each shard's row groups in order; another value visits them in an order
+    // shuffled per shard and epoch by that seed (then the ranks stride over that order)
+    uint64_t data_seed = 0;
+    std::vector<uint32_t> order;  // the current shard's row groups in visiting order (dataloader_order)
+    int order_shard = -1;
+    int64_t order_epoch = -1;
+    // stream position: the next document to read, in the row group visited `group`-th in shard shard_idx (this rank's)
+    bool positioned = false;   // false: at the start of the first shard, not yet moved to this rank's first row group
     int shard_idx = 0;
+    size_t group = 0;
+    uint64_t doc_in_group = 0;
     uint64_t pos = 0;
-    uint64_t doc_in_shard = 0;
     int64_t epoch = 1;
     std::vector<Document> buffer;
     std::vector<int> inputs, targets;  // (B, T) of the last batch
     std::vector<int> row;              // (T + 1) scratch
 };
 
-// Reads the document at the stream position and advances past it (wrapping to the next shard, and
-// to the next epoch after the last shard). Checks every token id on the way.
-static inline Document dataloader_read_document(DataLoader* dl) {
-    const Shard& s = dl->shards[dl->shard_idx];
-    if (s.token(dl->pos) != (uint32_t)dl->bos_id)
-        fail("shard '%s': token %llu is %u, not BOS (%d); every document must start with BOS (was it written with this tokenizer?)",
-             s.path.c_str(), (unsigned long long)dl->pos, s.token(dl->pos), dl->bos_id);
-    uint64_t end = dl->pos + 1;
-    while (end < s.ntokens) {
-        uint32_t t = s.token(end);
-        if (t == (uint32_t)dl->bos_id) break;
-        if (t >= (uint32_t)dl->vocab_size)
-            fail("shard '%s': token %llu has id %u >= vocab %d (shard and tokenizer do not match)", s.path.c_str(), (unsigned long long)end, t,
-                 dl->vocab_size);
-        end++;
+// The order in which the stream's shard's row groups are visited in the stream's epoch: in order, or with a data
+// seed a permutation (Fisher-Yates with splitmix64 seeded by the seed, the shard and the epoch: a resumed run
+// recomputes it).
+static inline const std::vector<uint32_t>& dataloader_order(DataLoader* dl) {
+    if (dl->order_shard == dl->shard_idx && dl->order_epoch == dl->epoch) return dl->order;
+    Shard& s = dl->shards[dl->shard_idx];
+    shard_row_groups(&s, dl->chunk_docs, dl->bos_id);
+    dl->order.resize(s.groups.size());
+    for (size_t g = 0; g < s.groups.size(); g++) dl->order[g] = (uint32_t)g;
+    if (dl->data_seed != 0) {
+        Rng rng{dl->data_seed};
+        rng.state = rng_next_u64(&rng) ^ ((uint64_t)dl->shard_idx << 32) ^ (uint64_t)dl->epoch;
+        for (size_t i = dl->order.size(); i > 1; i--) std::swap(dl->order[i - 1], dl->order[rng_next_u64(&rng) % i]);
     }
-    if (end - dl->pos > 0xFFFFFFFFull) fail("shard '%s': a document of %llu tokens is too long", s.path.c_str(), (unsigned long long)(end - dl->pos));
-    Document d{dl->shard_idx, dl->pos, (uint32_t)(end - dl->pos)};
-    dl->pos = end;
-    dl->doc_in_shard++;
-    if (dl->pos == s.ntokens) {
-        dl->pos = 0;
-        dl->doc_in_shard = 0;
+    dl->order_shard = dl->shard_idx;
+    dl->order_epoch = dl->epoch;
+    return dl->order;
+}
+
+// Moves the stream to the first document of this rank's next row group with documents: the one visited k-th
+// in the current shard if it is one, else a later one (k + W, k + 2W, ...), else the next shards' (from the
+// r-th), wrapping to a new epoch after the last shard.
+static inline void dataloader_seek_group(DataLoader* dl, size_t k) {
+    for (size_t shards_left = dl->shards.size() + 1;;) {
+        const Shard& s = dl->shards[dl->shard_idx];
+        const std::vector<uint32_t>& order = dataloader_order(dl);
+        while (k < order.size() && s.groups[order[k]].documents == 0) k += dl->world;
+        if (k < order.size()) {
+            dl->group = k;
+            dl->doc_in_group = 0;
+            dl->pos = s.groups[order[k]].start;
+            dl->positioned = true;
+            return;
+        }
+        if (--shards_left == 0)
+            fail("rank %d of %d gets no documents: the %zu shard(s) from '%s' have too few row groups", dl->rank, dl->world, dl->shards.size(),
+                 dl->shards[0].path.c_str());
         if (++dl->shard_idx == (int)dl->shards.size()) {
             dl->shard_idx = 0;
             dl->epoch++;
         }
+        k = dl->rank;
     }
+}
+
+// Reads the document at the stream position, ending before `end`, and moves past it. Checks every token id.
+static inline Document dataloader_read_document(DataLoader* dl, uint64_t end) {
+    const Shard& s = dl->shards[dl->shard_idx];
+    if (s.token(dl->pos) != (uint32_t)dl->bos_id)
+        fail("shard '%s': token %llu is %u, not BOS (%d); every document must start with BOS (%s)", s.path.c_str(), (unsigned long long)dl->pos,
+             s.token(dl->pos), dl->bos_id, s.groups_from_file ? "does its row-group file belong to it?" : "was it written with this tokenizer?");
+    uint64_t next = dl->pos + 1;
+    while (next < end) {
+        uint32_t t = s.token(next);
+        if (t == (uint32_t)dl->bos_id) break;
+        if (t >= (uint32_t)dl->vocab_size)
+            fail("shard '%s': token %llu has id %u >= vocab %d (shard and tokenizer do not match)", s.path.c_str(), (unsigned long long)next, t,
+                 dl->vocab_size);
+        next++;
+    }
+    if (next - dl->pos > 0xFFFFFFFFull) fail("shard '%s': a document of %llu tokens is too long", s.path.c_str(), (unsigned long long)(next - dl->pos));
+    Document d{dl->shard_idx, dl->pos, (uint32_t)(next - dl->pos)};
+    dl->pos = next;
     return d;
 }
 
-// Appends this rank's next chunk of documents to the buffer.
+// Appends this rank's next slice of documents to the buffer: at most chunk_docs of its current row group.
 static inline void dataloader_refill(DataLoader* dl) {
-    const int64_t start_epoch = dl->epoch;
-    for (;;) {
-        const uint64_t chunk = dl->doc_in_shard / dl->chunk_docs;
-        const int shard = dl->shard_idx;
-        const int64_t epoch = dl->epoch;
-        const bool mine = (int)(chunk % dl->world) == dl->rank;
-        shard_check(dl->shards[shard]);
-        int added = 0;
-        do {  // the rest of this chunk (a shard's last chunk may be short)
-            Document d = dataloader_read_document(dl);
-            if (mine) {
-                dl->buffer.push_back(d);
-                added++;
-            }
-        } while (dl->shard_idx == shard && dl->epoch == epoch && dl->doc_in_shard / dl->chunk_docs == chunk);
-        if (added > 0) return;
-        if (dl->epoch > start_epoch + 1)
-            fail("rank %d of %d gets no documents: the %zu shard(s) from '%s' have too few %d-document chunks", dl->rank, dl->world,
-                 dl->shards.size(), dl->shards[0].path.c_str(), dl->chunk_docs);
+    if (!dl->positioned) dataloader_seek_group(dl, dl->rank);
+    const Shard& s = dl->shards[dl->shard_idx];
+    shard_check(s);
+    const size_t group = dataloader_order(dl)[dl->group];
+    const RowGroup& g = s.groups[group];
+    const uint64_t end = row_group_end(s, group);
+    const uint64_t n = std::min<uint64_t>((uint64_t)dl->chunk_docs, g.documents - dl->doc_in_group);
+    for (uint64_t i = 0; i < n; i++) {
+        if (dl->pos == end)
+            fail("shard '%s': row group %zu holds fewer than the %llu documents its row-group file gives", s.path.c_str(), group,
+                 (unsigned long long)g.documents);
+        dl->buffer.push_back(dataloader_read_document(dl, end));
+    }
+    dl->doc_in_group += n;
+    if (dl->doc_in_group == g.documents) {
+        if (dl->pos != end)
+            fail("shard '%s': row group %zu holds more than the %llu documents its row-group file gives", s.path.c_str(), group,
+                 (unsigned long long)g.documents);
+        dataloader_seek_group(dl, dl->group + dl->world);
     }
 }
 
 static inline void dataloader_init(DataLoader* dl, const std::string& pattern, const char* what, int vocab_size, int bos_id, int B, int T,
                                    int rank, int world) {
     *dl = DataLoader();
-    for (const std::string& path : expand_pattern(pattern, what)) dl->shards.push_back(shard_open(path));
+    const size_t suffix = strlen(ROWGROUP_SUFFIX);
+    for (const std::string& path : expand_pattern(pattern, what))  // (a pattern such as train_* matches the row-group files too)
+        if (path.size() < suffix || path.compare(path.size() - suffix, suffix, ROWGROUP_SUFFIX) != 0) dl->shards.push_back(shard_open(path));
+    if (dl->shards.empty()) fail("no %s files match '%s' (only row-group files)", what, pattern.c_str());
     dl->vocab_size = vocab_size;
     dl->bos_id = bos_id;
     dl->B = B;
@@ -336,9 +470,11 @@ static inline void dataloader_free(DataLoader* dl) {
 
 // Back to the start of the first shard with an empty buffer (a fresh validation pass).
 static inline void dataloader_reset(DataLoader* dl) {
+    dl->positioned = false;
     dl->shard_idx = 0;
+    dl->group = 0;
+    dl->doc_in_group = 0;
     dl->pos = 0;
-    dl->doc_in_shard = 0;
     dl->epoch = 1;
     dl->buffer.clear();
 }
@@ -371,9 +507,18 @@ static inline void dataloader_next_batch(DataLoader* dl) {
     }
 }
 
-// The state as integers, for checkpoints: position, epoch, then (shard, start, length) per buffered document.
+// The documents of the stream's shard before its position (the state records the position as both)
+static inline uint64_t dataloader_doc_in_shard(const DataLoader* dl) {
+    if (!dl->positioned) return 0;
+    uint64_t docs = dl->doc_in_group;
+    for (size_t g = 0; g < dl->order[dl->group]; g++) docs += dl->shards[dl->shard_idx].groups[g].documents;
+    return docs;
+}
+
+// The state as integers, for checkpoints: position (shard, token, documents before it in the shard), epoch, then
+// (shard, start, length) per buffered document.
 static inline std::vector<int64_t> dataloader_state(const DataLoader* dl) {
-    std::vector<int64_t> s = {dl->shard_idx, (int64_t)dl->pos, (int64_t)dl->doc_in_shard, dl->epoch, (int64_t)dl->buffer.size()};
+    std::vector<int64_t> s = {dl->shard_idx, (int64_t)dl->pos, (int64_t)dataloader_doc_in_shard(dl), dl->epoch, (int64_t)dl->buffer.size()};
     for (const Document& d : dl->buffer) {
         s.push_back(d.shard);
         s.push_back((int64_t)d.start);
@@ -382,10 +527,41 @@ static inline std::vector<int64_t> dataloader_state(const DataLoader* dl) {
     return s;
 }
 
+// Puts the stream at document `doc` of shard `shard` (at token `pos`) in epoch `epoch`, checked against the
+// shard's row groups (`bad` refuses): when its row group is this rank's, there, else at the start of this rank's
+// next row group (a state written by another number of ranks, or when the row groups were not known).
+template <typename Bad>
+static inline void dataloader_set_position(DataLoader* dl, int shard, uint64_t pos, uint64_t doc, int64_t epoch, Bad bad) {
+    Shard& s = dl->shards[shard];
+    shard_row_groups(&s, dl->chunk_docs, dl->bos_id);
+    size_t g = 0;
+    uint64_t before = 0;
+    while (g < s.groups.size() && doc >= before + s.groups[g].documents) before += s.groups[g++].documents;
+    if (g == s.groups.size()) bad("document count out of range");
+    const uint64_t in_group = doc - before;
+    if (pos < s.groups[g].start || pos >= row_group_end(s, g)) bad("position outside its row group");
+    uint64_t bos_before = 0;
+    for (uint64_t t = s.groups[g].start; t < pos; t++) bos_before += s.token(t) == (uint32_t)dl->bos_id;
+    if (bos_before != in_group) bad("position and document count disagree");
+    dl->shard_idx = shard;
+    dl->epoch = epoch;
+    const std::vector<uint32_t>& order = dataloader_order(dl);
+    const size_t k = (size_t)(std::find(order.begin(), order.end(), (uint32_t)g) - order.begin());  // visited k-th
+    if ((int)(k % dl->world) == dl->rank) {
+        dl->group = k;
+        dl->doc_in_group = in_group;
+        dl->pos = pos;
+        dl->positioned = true;
+    } else {
+        dataloader_seek_group(dl, k + (dl->rank + dl->world - k % dl->world) % dl->world);
+    }
+}
+
 // Restores a state from a checkpoint (`source` names it), checking it against the shards: every index
-// and span in range (without overflow), the stream position at a document's BOS, and every buffered
-// document exactly a document of its shard (BOS first, no BOS inside, ids in the vocabulary, ending at
-// the next BOS or the shard's end), as dataloader_read_document would have produced it.
+// and span in range (without overflow), the stream position at a document's BOS and in the row group its
+// document count gives, and every buffered document exactly a document of its shard (BOS first, no BOS inside,
+// ids in the vocabulary, ending at the next BOS or the shard's end), as dataloader_read_document would have
+// produced it.
 static inline void dataloader_restore(DataLoader* dl, const std::vector<int64_t>& s, const char* source) {
     auto bad = [&](const char* what) {
         fail("%s: the data-loader state does not match these shards (%s; different -i pattern or files?)", source, what);
@@ -416,38 +592,42 @@ static inline void dataloader_restore(DataLoader* dl, const std::vector<int64_t>
         }
         buffer.push_back(Document{(int32_t)shard, b, (uint32_t)length});
     }
-    dl->shard_idx = (int)s[0];
-    dl->pos = (uint64_t)s[1];
-    dl->doc_in_shard = (uint64_t)s[2];
-    dl->epoch = s[3];
+    dataloader_set_position(dl, (int)s[0], (uint64_t)s[1], (uint64_t)s[2], s[3], bad);
     dl->buffer = buffer;
 }
 
 // Restores this rank's state from the states of a run on another number of ranks (`states[r]`: old rank
 // r's, each checked as dataloader_restore does), so that a checkpoint resumes on any number of ranks. No
 // run on the new ranks could have reached this point, so this is a choice (dev/docs/data.md#ranks-and-epochs):
-// every new rank goes on from the furthest stream position of the old ones, and the documents the old
-// ranks had buffered are dealt out in turn (old rank 0's buffer in order, then rank 1's, ...: document i to
-// new rank i mod the new ranks). No document is read twice; the chunks before that position that their old
-// rank had not reached yet are skipped (fewer than the old ranks' count, of 128 documents each).
+// every new rank goes on from the furthest stream position of the old ones (in that position's row group if it
+// is the new rank's, else from its next row group after it), and the documents the old ranks had buffered are
+// dealt out in turn (old rank 0's buffer in order, then rank 1's, ...: document i to new rank i mod the new
+// ranks). No document is read twice; the row groups before that position that their old rank had not reached
+// yet are skipped (fewer than the old ranks' count), and the rest of the furthest position's row group when it
+// is not the new rank's.
 static inline void dataloader_restore_resharded(DataLoader* dl, const std::vector<std::vector<int64_t>>& states, const char* source) {
     std::vector<Document> dealt;
-    bool first = true;
+    int shard = 0;
+    uint64_t pos = 0, doc = 0;
+    int64_t epoch = 0;
     for (size_t r = 0; r < states.size(); r++) {
-        DataLoader old = *dl;  // shares the mapped shards; only its position and buffer are set
+        DataLoader old = *dl;  // shares the mapped shards; its rank, position and buffer are the old rank's
+        old.rank = (int)r;
+        old.world = (int)states.size();
         old.buffer.clear();
         dataloader_restore(&old, states[r], source);
-        const bool further = old.epoch != dl->epoch ? old.epoch > dl->epoch : old.shard_idx != dl->shard_idx ? old.shard_idx > dl->shard_idx
-                                                                                                               : old.pos > dl->pos;
-        if (first || further) {
-            dl->shard_idx = old.shard_idx;
-            dl->pos = old.pos;
-            dl->doc_in_shard = old.doc_in_shard;
-            dl->epoch = old.epoch;
-            first = false;
+        const bool further = old.epoch != epoch ? old.epoch > epoch : old.shard_idx != shard ? old.shard_idx > shard : old.pos > pos;
+        if (r == 0 || further) {
+            shard = old.shard_idx;
+            pos = old.pos;
+            doc = dataloader_doc_in_shard(&old);
+            epoch = old.epoch;
         }
         dealt.insert(dealt.end(), old.buffer.begin(), old.buffer.end());
     }
+    dataloader_set_position(dl, shard, pos, doc, epoch, [&](const char* what) {
+        fail("%s: the data-loader state does not match these shards (%s)", source, what);
+    });
     dl->buffer.clear();
     for (size_t i = dl->rank; i < dealt.size(); i += dl->world) dl->buffer.push_back(dealt[i]);
 }

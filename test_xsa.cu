@@ -617,27 +617,28 @@ static void test_init() {
 
 static const double TRAJ_LOSS_TOL = 1e-5, TRAJ_PARAM_TOL = 1e-4, TRAJ_UPDATE_TOL = 3e-4;
 
-static float meta_float(const SafetensorsFile& f, const char* key) { return std::stof(f.meta(key)); }
+// the reference settings are Python floats: doubles, as the trainer keeps them
+static double meta_double(const SafetensorsFile& f, const char* key) { return std::stod(f.meta(key)); }
 
 static OptimConfig optim_from_metadata(const SafetensorsFile& f) {
     OptimConfig o;
     o.adamw_only = f.meta("optimizer") == "adamw";
     o.muon_eq = f.meta("muon_eq") == "1";
     o.muon_plus = f.meta("muon_plus") == "1";
-    o.lr[GROUP_LM_HEAD] = meta_float(f, "lr_lm_head");
-    o.lr[GROUP_WTE] = meta_float(f, "lr_wte");
-    o.lr[GROUP_VE] = meta_float(f, "lr_ve");
-    o.lr[GROUP_RESID] = meta_float(f, "lr_resid");
-    o.lr[GROUP_X0] = meta_float(f, "lr_x0");
-    o.lr[GROUP_SMEAR] = meta_float(f, "lr_smear");
-    o.lr[GROUP_XSA] = f.metadata.count("lr_xsa") ? meta_float(f, "lr_xsa") : 0.0f;  // learnable XSA trajectories only
-    o.lr[GROUP_MATRIX] = meta_float(f, o.adamw_only ? "lr_matrix_adamw" : "lr_matrix");
-    o.muon_wd = meta_float(f, "wd_muon_peak");
-    o.matrix_adamw_wd = meta_float(f, "wd_matrix_adamw");
+    o.lr[GROUP_LM_HEAD] = meta_double(f, "lr_lm_head");
+    o.lr[GROUP_WTE] = meta_double(f, "lr_wte");
+    o.lr[GROUP_VE] = meta_double(f, "lr_ve");
+    o.lr[GROUP_RESID] = meta_double(f, "lr_resid");
+    o.lr[GROUP_X0] = meta_double(f, "lr_x0");
+    o.lr[GROUP_SMEAR] = meta_double(f, "lr_smear");
+    o.lr[GROUP_XSA] = f.metadata.count("lr_xsa") ? meta_double(f, "lr_xsa") : 0.0;  // learnable XSA trajectories only
+    o.lr[GROUP_MATRIX] = meta_double(f, o.adamw_only ? "lr_matrix_adamw" : "lr_matrix");
+    o.muon_wd = meta_double(f, "wd_muon_peak");
+    o.matrix_adamw_wd = (float)meta_double(f, "wd_matrix_adamw");
     o.num_iterations = std::stoi(f.meta("num_iterations"));
     o.warmup_steps = std::stoi(f.meta("warmup_steps"));
-    o.warmdown_ratio = meta_float(f, "warmdown_ratio");
-    o.final_lr_frac = meta_float(f, "final_lr_frac");
+    o.warmdown_ratio = meta_double(f, "warmdown_ratio");
+    o.final_lr_frac = meta_double(f, "final_lr_frac");
     o.momentum_warmup_steps = std::stoi(f.meta("momentum_warmup_steps"));
     return o;
 }
@@ -727,15 +728,15 @@ static GPTConfig nanochat_config(int depth) {
     return c;
 }
 
-static void test_training_plan(const char* name, int depth, float ratio, double tokens, long batch, int iters, float matrix_lr,
-                               float x0_lr, float wd) {
+static void test_training_plan(const char* name, int depth, double ratio, double tokens, long batch, int iters, double matrix_lr,
+                               double x0_lr, double wd) {
     OptimArgs a;
     a.param_data_ratio = ratio;
     TrainingPlan p = plan_training(nanochat_config(depth), a);
     const OptimConfig& o = p.optim;
-    bool ok = p.target_tokens == tokens && p.total_batch == batch && p.num_iterations == iters && fabsf(o.lr[GROUP_MATRIX] - matrix_lr) < 1e-6f &&
-              fabsf(o.lr[GROUP_X0] - x0_lr) < 1e-5f && fabsf(o.muon_wd - wd) < 1e-6f && fabsf(o.lr[GROUP_WTE] - 0.3f) < 1e-6f &&
-              fabsf(o.lr[GROUP_LM_HEAD] - 0.008f) < 1e-7f && fabsf(o.lr[GROUP_VE] - 0.15f) < 1e-6f && o.lr[GROUP_SMEAR] == 0.2f;
+    bool ok = p.target_tokens == tokens && p.total_batch == batch && p.num_iterations == iters && fabs(o.lr[GROUP_MATRIX] - matrix_lr) < 1e-6 &&
+              fabs(o.lr[GROUP_X0] - x0_lr) < 1e-5 && fabs(o.muon_wd - wd) < 1e-6 && fabs(o.lr[GROUP_WTE] - 0.3) < 1e-6 &&
+              fabs(o.lr[GROUP_LM_HEAD] - 0.008) < 1e-7 && fabs(o.lr[GROUP_VE] - 0.15) < 1e-6 && o.lr[GROUP_SMEAR] == 0.2;
     check(ok, "%s plan: %.0f tokens (nanochat %.0f), batch %ld (%ld), %d steps (%d), Muon lr %.6f (%.6f), x0 lr %.5f (%.5f), wd %.6f (%.6f)",
           name, p.target_tokens, tokens, p.total_batch, batch, p.num_iterations, iters, o.lr[GROUP_MATRIX], matrix_lr, o.lr[GROUP_X0], x0_lr,
           o.muon_wd, wd);
@@ -1206,9 +1207,9 @@ int main(int argc, char** argv) {
 
     for (const std::string& f : trajectory_files()) test_optimizer_trajectory(f);
     test_schedules();
-    test_training_plan("d12 ratio 12", 12, 12.0f, 1321210944.0, 524288, 2520, 0.02f, 0.5f, 0.28f);
-    test_training_plan("d24 ratio 12", 24, 12.0f, 8757727488.0, 1048576, 8352, 0.028284f, 0.70711f, 0.059738f);
-    test_training_plan("d24 speedrun ratio 8", 24, 8.0f, 5838484992.0, 1048576, 5568, 0.028284f, 0.70711f, 0.059738f);
+    test_training_plan("d12 ratio 12", 12, 12.0, 1321210944.0, 524288, 2520, 0.02, 0.5, 0.28);
+    test_training_plan("d24 ratio 12", 24, 12.0, 8757727488.0, 1048576, 8352, 0.028284, 0.70711, 0.059738);
+    test_training_plan("d24 speedrun ratio 8", 24, 8.0, 5838484992.0, 1048576, 5568, 0.028284, 0.70711, 0.059738);
     test_polar_express(32, 64);
     test_polar_express(64, 32);
     test_polar_express(24, 96);

@@ -1057,40 +1057,50 @@ struct OptimConfig {
     bool adamw_only = false;      // --optimizer adamw
     bool muon_eq = true;          // MuonEq row equilibration (nanochat HEAD; off in March-June 2026)
     bool muon_plus = true;        // Muon+ renormalisation (likewise)
-    float lr[NUM_GROUPS] = {};    // peak learning rate of each group (after the batch and width scaling)
-    float muon_wd = 0.0f;         // peak of Muon's cosine-scheduled cautious weight decay
+    // The lrs, weight decays and ratios are doubles, as the Python floats nanochat computes its schedules with (a float
+    // ratio can round another way: 0.65f * 150 = 97.4999 gives a warmdown of 97 steps, round(0.65 * 150) = 98); each
+    // update's values become fp32 only when applied, as nanochat's fp32 step tensors are filled.
+    double lr[NUM_GROUPS] = {};   // peak learning rate of each group (after the batch and width scaling)
+    double muon_wd = 0.0;         // peak of Muon's cosine-scheduled cautious weight decay
     float matrix_adamw_wd = 0.1f; // constant AdamW weight decay of the matrices in --optimizer adamw mode
     // schedules (dev/docs/optim.md#schedules)
     int num_iterations = 1;
     int warmup_steps = 40;
-    float warmdown_ratio = 0.65f;
-    float final_lr_frac = 0.05f;
+    double warmdown_ratio = 0.65;
+    double final_lr_frac = 0.05;
     int momentum_warmup_steps = 400;
     // SFT (dev/docs/optim.md#sft): the lr multiplier follows the fraction of the data read, from warmup_ratio
     // of it to the warmdown over the last warmdown_ratio; Muon's weight decay is muon_wd throughout
     bool sft = false;
-    float warmup_ratio = 0.0f;
+    double warmup_ratio = 0.0;
     // what an SFT run inherits from this run (nanochat's chat_sft reads the base run's command line): the
     // lrs as given, before the batch scaling, and the total batch
-    float given_embedding_lr = 0.0f, given_unembedding_lr = 0.0f, given_matrix_lr = 0.0f, given_xsa_lr = 0.0f;
+    double given_embedding_lr = 0.0, given_unembedding_lr = 0.0, given_matrix_lr = 0.0, given_xsa_lr = 0.0;
     long total_batch = 0;
 };
 
-// lr multiplier at update `it` of N: linear warmup, flat, then linear warmdown to final_lr_frac.
+// The warmdown's length: Python's round(warmdown_ratio * N), half to even (nearbyint in the default rounding mode)
+static int warmdown_steps(const OptimConfig& o) { return (int)nearbyint(o.warmdown_ratio * o.num_iterations); }
+
+// lr multiplier at update `it` of N: linear warmup, flat, then linear warmdown to final_lr_frac. Each
+// expression is nanochat's, operation for operation, so that the doubles agree to the last bit.
 static double lr_multiplier(const OptimConfig& o, int it) {
-    const int N = o.num_iterations, W = (int)nearbyint((double)o.warmdown_ratio * N);  // round half to even, as Python
+    const int N = o.num_iterations, W = warmdown_steps(o);
     if (it < o.warmup_steps) return (double)(it + 1) / o.warmup_steps;
     if (it <= N - W) return 1.0;
-    double p = (double)(N - it) / W;
-    return p + (1.0 - p) * o.final_lr_frac;
+    const double p = (double)(N - it) / W;
+    return p * 1.0 + (1.0 - p) * o.final_lr_frac;
 }
 
 // Muon momentum: 0.85 -> 0.97 over the momentum warmup, then 0.97 -> 0.90 across the lr warmdown.
 static double muon_momentum(const OptimConfig& o, int it) {
-    const int N = o.num_iterations, W = (int)nearbyint((double)o.warmdown_ratio * N);
-    if (it < o.momentum_warmup_steps) return 0.85 + (0.97 - 0.85) * it / o.momentum_warmup_steps;
+    const int N = o.num_iterations, W = warmdown_steps(o);
+    if (it < o.momentum_warmup_steps) {
+        const double frac = (double)it / o.momentum_warmup_steps;
+        return (1.0 - frac) * 0.85 + frac * 0.97;
+    }
     if (it >= N - W) {
-        double p = (double)(it - (N - W)) / W;
+        const double p = (double)(it - (N - W)) / W;
         return 0.97 * (1.0 - p) + 0.90 * p;
     }
     return 0.97;
@@ -1277,12 +1287,13 @@ static void optimizer_step(Optimizer* opt, GPT* model, const UpdateSchedule& s) 
     const OptimConfig& c = opt->config;
     const OptimizerLayout& L = opt->layout;
     const int it = opt->step;
-    const float lrm = (float)s.lrm, momentum = (float)s.momentum, wd = (float)s.muon_wd;
+    // fp32 from here on, as nanochat fills its step tensors: each group's lr = (initial lr x lrm) rounded once
+    const float momentum = (float)s.momentum, wd = (float)s.muon_wd;
     for (size_t i = 0; i < model->table.size(); i++) {
         if (uses_muon(opt, i) || L.own_end[i] == L.own_begin[i]) continue;
         const ParamTensor& t = model->table[i];
         const ParamGroup grp = opt->group[i];
-        const float lr = c.lr[grp] * lrm, group_wd = grp == GROUP_MATRIX ? c.matrix_adamw_wd : ADAM_WD[grp];
+        const float lr = (float)(c.lr[grp] * s.lrm), group_wd = grp == GROUP_MATRIX ? c.matrix_adamw_wd : ADAM_WD[grp];
         float* p = model->params + t.offset + L.own_begin[i];
         const float* g = model->grads + t.offset + L.own_begin[i];
         const size_t n = L.own_end[i] - L.own_begin[i];
@@ -1290,7 +1301,7 @@ static void optimizer_step(Optimizer* opt, GPT* model, const UpdateSchedule& s) 
                                       g_backend.stream),
                     adamw_update_cpu(p, g, opt->m[i], opt->v[i], n, lr, ADAM_BETA1[grp], ADAM_BETA2[grp], ADAM_EPS, group_wd, it + 1));
     }
-    const float lr = c.lr[GROUP_MATRIX] * lrm;
+    const float lr = (float)(c.lr[GROUP_MATRIX] * s.lrm);
     for (MuonStack& st : opt->stacks) {
 #ifdef __CUDACC__
         muon_update_cuda(st.params, st.grads, st.momentum, st.second, &st.scratch, lr, momentum, wd, c.muon_eq, c.muon_plus, g_backend.stream);
@@ -1326,15 +1337,15 @@ static void optimizer_load_state(Optimizer* opt, const GPT* model, const Safeten
 struct OptimArgs {
     std::string optimizer = "muon";
     bool muon_eq = true, muon_plus = true;
-    float embedding_lr = 0.3f, unembedding_lr = 0.008f, matrix_lr = 0.02f, scalar_lr = 0.5f, smear_lr = 0.2f;
-    float xsa_lr = 0.04f;         // learnable XSA alpha (not in nanochat: modded-nanogpt's Adam lr for scalars)
-    float weight_decay = 0.28f;   // Muon, at the d12 reference; transferred by the T_epoch rule
-    float adamw_matrix_lr = 0.003f, adamw_matrix_wd = 0.1f;
-    float param_data_ratio = 12.0f;
+    double embedding_lr = 0.3, unembedding_lr = 0.008, matrix_lr = 0.02, scalar_lr = 0.5, smear_lr = 0.2;
+    double xsa_lr = 0.04;         // learnable XSA alpha (not in nanochat: modded-nanogpt's Adam lr for scalars)
+    double weight_decay = 0.28;   // Muon, at the d12 reference; transferred by the T_epoch rule
+    double adamw_matrix_lr = 0.003, adamw_matrix_wd = 0.1;
+    double param_data_ratio = 12.0;
     long total_batch = -1;        // tokens per update; -1 = the Power Lines rule
     int num_iterations = -1;      // -1 = target tokens / batch
     int warmup_steps = 40;
-    float warmdown_ratio = 0.65f, final_lr_frac = 0.05f;
+    double warmdown_ratio = 0.65, final_lr_frac = 0.05;
     int momentum_warmup_steps = 400;
 };
 
@@ -1366,26 +1377,26 @@ static GPTConfig reference_d12(const GPTConfig& c) {
 static void set_group_lrs(OptimConfig* o, double unembedding, double embedding, double scalar, double smear, double xsa, double matrix,
                           double batch_scale, double width_scale, double factor) {
     const double b = batch_scale, d = width_scale, f = factor;
-    o->lr[GROUP_LM_HEAD] = (float)(unembedding * b * d * f);
-    o->lr[GROUP_WTE] = (float)(embedding * b * d * f);
-    o->lr[GROUP_VE] = (float)(embedding * b * d * 0.5 * f);
-    o->lr[GROUP_RESID] = (float)(scalar * b * 0.01 * f);
-    o->lr[GROUP_X0] = (float)(scalar * b * f);
-    o->lr[GROUP_SMEAR] = (float)(smear * f);
-    o->lr[GROUP_XSA] = (float)(xsa * b * f);
-    o->lr[GROUP_MATRIX] = (float)(matrix * b * f);
+    o->lr[GROUP_LM_HEAD] = unembedding * b * d * f;
+    o->lr[GROUP_WTE] = embedding * b * d * f;
+    o->lr[GROUP_VE] = embedding * b * d * 0.5 * f;
+    o->lr[GROUP_RESID] = scalar * b * 0.01 * f;
+    o->lr[GROUP_X0] = scalar * b * f;
+    o->lr[GROUP_SMEAR] = smear * f;
+    o->lr[GROUP_XSA] = xsa * b * f;
+    o->lr[GROUP_MATRIX] = matrix * b * f;
 }
 
 static TrainingPlan plan_training(const GPTConfig& model, const OptimArgs& a) {
     TrainingPlan plan;
-    plan.target_tokens = floor((double)a.param_data_ratio * (double)count_params(model).scaling);
-    plan.reference_tokens = (double)a.param_data_ratio * (double)count_params(reference_d12(model)).scaling;
+    plan.target_tokens = floor(a.param_data_ratio * (double)count_params(model).scaling);
+    plan.reference_tokens = a.param_data_ratio * (double)count_params(reference_d12(model)).scaling;
     plan.total_batch = a.total_batch > 0 ? a.total_batch
                                          : (long)exp2(nearbyint(log2(REFERENCE_BATCH * pow(plan.target_tokens / plan.reference_tokens, 0.383))));
     const double horizon = plan.target_tokens / (double)plan.total_batch;
     if (a.num_iterations <= 0 && horizon > INT_MAX)
         fail("the horizon rule gives %.3g steps (--param-data-ratio %g); set a smaller ratio or -n", horizon, a.param_data_ratio);
-    plan.num_iterations = a.num_iterations > 0 ? a.num_iterations : (int)horizon;
+    plan.num_iterations = a.num_iterations > 0 ? a.num_iterations : (int)((long long)plan.target_tokens / plan.total_batch);  // nanochat's //
     plan.batch_lr_scale = sqrt((double)plan.total_batch / REFERENCE_BATCH);
     plan.dmodel_lr_scale = pow((double)model.n_embd / 768.0, -0.5);
     const double b = plan.batch_lr_scale, d = plan.dmodel_lr_scale;
@@ -1394,8 +1405,8 @@ static TrainingPlan plan_training(const GPTConfig& model, const OptimArgs& a) {
     o.muon_eq = a.muon_eq;
     o.muon_plus = a.muon_plus;
     set_group_lrs(&o, a.unembedding_lr, a.embedding_lr, a.scalar_lr, a.smear_lr, a.xsa_lr, o.adamw_only ? a.adamw_matrix_lr : a.matrix_lr, b, d, 1.0);
-    o.muon_wd = (float)(a.weight_decay * b * (plan.reference_tokens / plan.target_tokens));
-    o.matrix_adamw_wd = a.adamw_matrix_wd;
+    o.muon_wd = a.weight_decay * b * (plan.reference_tokens / plan.target_tokens);
+    o.matrix_adamw_wd = (float)a.adamw_matrix_wd;
     o.num_iterations = plan.num_iterations;
     o.warmup_steps = a.warmup_steps;
     o.warmdown_ratio = a.warmdown_ratio;
@@ -1485,6 +1496,7 @@ struct StepResult {
     double loss;          // the mean training loss of the step's micro-batches (before the update)
     double grad_norm;     // the L2 norm of the gradient of that mean loss, over every parameter
     double lrm;           // the update's lr multiplier
+    double momentum;      // and Muon's momentum
     double optimizer_ms;  // the ranks' gradient sums, the update and the gathering of the parameters
 };
 
@@ -1516,7 +1528,7 @@ static StepResult train_step(GPT* model, Optimizer* opt, Loader* train, int accu
     backend_download(sums, model->step_sums, sizeof sums);
     const std::string non_finite = step_non_finite(model, step, sums);
     if (!non_finite.empty()) fail("%s; stopping (the last checkpoint, if any, is intact)", non_finite.c_str());
-    return {sums[0], sqrt((double)sums[1]), s.lrm, stream_span_ms(&opt->timer)};
+    return {sums[0], sqrt((double)sums[1]), s.lrm, s.momentum, stream_span_ms(&opt->timer)};
 }
 
 
@@ -1713,6 +1725,8 @@ static const char* const USAGE =
         "  -i, --train PATTERN    training shards, a glob (default dev/data/devil/train_*.bin)\n"
         "  -j, --val PATTERN      validation shards, a glob (default dev/data/devil/val_*.bin)\n"
         "  --tokenizer FILE       tokenizer file; it sets the vocabulary (default dev/data/devil/tokenizer.bin)\n"
+        "  --data-seed N          visit each shard's row groups in an order shuffled by N (default 0: in order, as\n"
+        "                         nanochat); a study varies it with --seed to vary the data order too\n"
         "Evaluation\n"
         "  --eval-every N         validation bits per byte every N steps, and at step 0 and the end (250)\n"
         "  --eval-tokens N        tokens per validation pass (80 x 524288, capped at one pass over the val shards)\n"
@@ -1768,23 +1782,24 @@ static Args parse_args(int argc, char** argv) {
         else if (flag == "--optimizer") o.optimizer = value;
         else if (flag == "--muon-eq") o.muon_eq = parse_bool(f, value);
         else if (flag == "--muon-plus") o.muon_plus = parse_bool(f, value);
-        else if (flag == "--matrix-lr") o.matrix_lr = parse_float(f, value);
-        else if (flag == "--embedding-lr") o.embedding_lr = parse_float(f, value);
-        else if (flag == "--unembedding-lr") o.unembedding_lr = parse_float(f, value);
-        else if (flag == "--scalar-lr") o.scalar_lr = parse_float(f, value);
-        else if (flag == "--smear-lr") o.smear_lr = parse_float(f, value);
-        else if (flag == "--xsa-lr") o.xsa_lr = parse_float(f, value);
-        else if (flag == "--weight-decay") o.weight_decay = parse_float(f, value);
-        else if (flag == "--adamw-matrix-lr") o.adamw_matrix_lr = parse_float(f, value);
-        else if (flag == "--adamw-matrix-wd") o.adamw_matrix_wd = parse_float(f, value);
+        else if (flag == "--matrix-lr") o.matrix_lr = parse_double(f, value);
+        else if (flag == "--embedding-lr") o.embedding_lr = parse_double(f, value);
+        else if (flag == "--unembedding-lr") o.unembedding_lr = parse_double(f, value);
+        else if (flag == "--scalar-lr") o.scalar_lr = parse_double(f, value);
+        else if (flag == "--smear-lr") o.smear_lr = parse_double(f, value);
+        else if (flag == "--xsa-lr") o.xsa_lr = parse_double(f, value);
+        else if (flag == "--weight-decay") o.weight_decay = parse_double(f, value);
+        else if (flag == "--adamw-matrix-lr") o.adamw_matrix_lr = parse_double(f, value);
+        else if (flag == "--adamw-matrix-wd") o.adamw_matrix_wd = parse_double(f, value);
         else if (flag == "--warmup-steps") o.warmup_steps = parse_int32(f, value);
-        else if (flag == "--warmdown-ratio") o.warmdown_ratio = parse_float(f, value);
-        else if (flag == "--final-lr-frac") o.final_lr_frac = parse_float(f, value);
+        else if (flag == "--warmdown-ratio") o.warmdown_ratio = parse_double(f, value);
+        else if (flag == "--final-lr-frac") o.final_lr_frac = parse_double(f, value);
         else if (flag == "--momentum-warmup-steps") o.momentum_warmup_steps = parse_int32(f, value);
-        else if (flag == "--param-data-ratio") o.param_data_ratio = parse_float(f, value);
+        else if (flag == "--param-data-ratio") o.param_data_ratio = parse_double(f, value);
         else if (flag == "-i" || flag == "--train") args.train_pattern = value, data_given = true;
         else if (flag == "-j" || flag == "--val") args.val_pattern = value, data_given = true;
         else if (flag == "--seed") args.seed = (uint64_t)at_least(f, parse_int(f, value), 0);
+        else if (flag == "--data-seed") args.data_seed = (uint64_t)at_least(f, parse_int(f, value), 0);
         else if (flag == "--sample-every") args.sample_every = parse_int32(f, value);
         else if (flag == "--core-every") args.core_every = parse_int32(f, value);
         else if (flag == "--core-max-per-task") args.core_max_per_task = parse_int32(f, value);
@@ -1801,12 +1816,12 @@ static Args parse_args(int argc, char** argv) {
     for (int v : {dim, heads, kv_heads, head_dim})
         if (v != -1 && v < 1) fail("--dim, --heads, --kv-heads and --head-dim must be positive");
     if (o.optimizer != "muon" && o.optimizer != "adamw") fail("--optimizer must be muon or adamw, got '%s'", o.optimizer.c_str());
-    for (float lr : {o.matrix_lr, o.embedding_lr, o.unembedding_lr, o.scalar_lr, o.smear_lr, o.xsa_lr, o.adamw_matrix_lr, o.weight_decay, o.adamw_matrix_wd})
-        if (lr < 0.0f) fail("learning rates and weight decays must be >= 0");
+    for (double lr : {o.matrix_lr, o.embedding_lr, o.unembedding_lr, o.scalar_lr, o.smear_lr, o.xsa_lr, o.adamw_matrix_lr, o.weight_decay, o.adamw_matrix_wd})
+        if (lr < 0.0) fail("learning rates and weight decays must be >= 0");
     if (o.warmup_steps < 0 || o.momentum_warmup_steps < 1) fail("--warmup-steps must be >= 0 and --momentum-warmup-steps >= 1");
-    if (!(o.warmdown_ratio >= 0.0f && o.warmdown_ratio <= 1.0f)) fail("--warmdown-ratio must be in [0, 1], got %g", o.warmdown_ratio);
-    if (!(o.final_lr_frac >= 0.0f && o.final_lr_frac <= 1.0f)) fail("--final-lr-frac must be in [0, 1], got %g", o.final_lr_frac);
-    if (!(o.param_data_ratio > 0.0f)) fail("--param-data-ratio must be > 0, got %g", o.param_data_ratio);
+    if (!(o.warmdown_ratio >= 0.0 && o.warmdown_ratio <= 1.0)) fail("--warmdown-ratio must be in [0, 1], got %g", o.warmdown_ratio);
+    if (!(o.final_lr_frac >= 0.0 && o.final_lr_frac <= 1.0)) fail("--final-lr-frac must be in [0, 1], got %g", o.final_lr_frac);
+    if (!(o.param_data_ratio > 0.0)) fail("--param-data-ratio must be > 0, got %g", o.param_data_ratio);
 
     // shapes: the study's presets, nanochat's aspect-ratio rule otherwise, then the explicit overrides
     GPTConfig& c = args.config;
@@ -1921,7 +1936,7 @@ static JsonLine run_line(const Run<Loader>& run) {
     JsonLine line;
     line.num("step", 0LL).str("kind", "run").str("backend", BACKEND_NAME).str("device", backend_device_name());
     line.num("ranks", (long long)g_ranks.world).num("batch", (long long)run.B).num("total_batch", (long long)run.plan.total_batch);
-    line.num("steps", (long long)run.num_steps).num("seed", (long long)a.seed);
+    line.num("steps", (long long)run.num_steps).num("seed", (long long)a.seed).num("data_seed", (long long)a.data_seed);
     line.str("train_data", a.train_pattern).str("val_data", a.val_pattern).str("tokenizer", a.tokenizer_path);
     line.num("eval_tokens", (long long)run.eval_steps * run.B * run.T).num("xsa_fused", (long long)a.xsa_fused);  // as evaluated
     return line.raw("model", json_object(config_to_metadata(a.config), {"window_pattern", "xsa_layers"}))
@@ -1981,6 +1996,7 @@ static void run_setup_data(Run<DataLoader>* run) {
     const Tokenizer& tok = run->tok;
     const int world = g_ranks.world;
     dataloader_init(&run->train, a.train_pattern, "training shard", tok.vocab_size, tok.bos_id, run->B, run->T, g_ranks.rank, world);
+    run->train.data_seed = a.data_seed;
     dataloader_init(&run->val, a.val_pattern, "validation shard", tok.vocab_size, tok.bos_id, run->B, run->T, 0, 1);  // evaluate_bpb splits it
     uint64_t val_tokens = 0;
     for (const Shard& s : run->val.shards) val_tokens += s.ntokens;
@@ -1997,6 +2013,12 @@ static void run_setup_data(Run<DataLoader>* run) {
                a.train_pattern == "dev/data/devil/train_*.bin"
                    ? "; for real data: python3 -m pip install -r dev/data/requirements.txt && python3 dev/data/climbmix.py (then ./train_gpt finds it)"
                    : "");
+    size_t without_row_groups = 0;
+    for (const Shard& s : run->train.shards) without_row_groups += !s.groups_from_file;
+    if (world > 1 && without_row_groups > 0)
+        printf("note: %zu of the %zu training shards have no row-group file (SHARD%s, written by dev/data/climbmix.py): the ranks stride "
+               "over 128-document chunks of them, not over parquet row groups as nanochat's (dev/docs/data.md#ranks-and-epochs)\n",
+               without_row_groups, run->train.shards.size(), ROWGROUP_SUFFIX);
     if (a.core_every < 0) return;
     run->core_tasks = core_tasks_load(a.core_dir, tok.vocab_size, tok.bos_id);
     for (const CoreTask& t : run->core_tasks)  // few-shot examples come from core.py's truncation, not ours
@@ -2198,6 +2220,7 @@ static void run_train_step(Run<Loader>* run, int step, bool first) {
     if (first && backend_memory_in_use() > 0)
         printf("device memory in use after the first step: %.2f GiB (measured)\n", backend_memory_in_use() / 1073741824.0);
     metrics_write(&run->metrics, JsonLine().num("step", (long long)step).str("kind", "train").num("loss", loss, "%.8f").num("grad_norm", result.grad_norm, "%.6g").num("lr_mult", lrm, "%.8f")
+                                     .num("muon_momentum", result.momentum, "%.8f")
                                      .num("dt_ms", dt, "%.3f").num("optimizer_ms", result.optimizer_ms, "%.3f").num("tok_per_s", tok_per_s, "%.1f")
                                      .num("mfu", mfu, "%.6f"));
 }

@@ -67,15 +67,15 @@ static void parse_sft_args(SftRun* s, int argc, char** argv) {
     parse_command_line(argc, argv, std::string(SFT_USAGE) + RUN_USAGE + SFT_USAGE_MORE + RUN_USAGE_MORE, [&](const std::string& flag, const char* value) {
         const char* f = flag.c_str();
         auto lr = [&] {  // given, an lr must be >= 0 (-1, the unset value, is not one a user can give)
-            const float v = parse_float(f, value);
-            if (v < 0.0f) fail("%s must be >= 0, got %g", f, v);
+            const double v = parse_double(f, value);
+            if (v < 0.0) fail("%s must be >= 0, got %g", f, v);
             return v;
         };
         if (flag == "--sft") sft.dir = value;
-        else if (flag == "--init-lr-frac") sft.init_lr_frac = parse_float(f, value);
-        else if (flag == "--warmup-ratio") sft.warmup_ratio = parse_float(f, value);
-        else if (flag == "--warmdown-ratio") sft.warmdown_ratio = parse_float(f, value);
-        else if (flag == "--final-lr-frac") sft.final_lr_frac = parse_float(f, value);
+        else if (flag == "--init-lr-frac") sft.init_lr_frac = parse_double(f, value);
+        else if (flag == "--warmup-ratio") sft.warmup_ratio = parse_double(f, value);
+        else if (flag == "--warmdown-ratio") sft.warmdown_ratio = parse_double(f, value);
+        else if (flag == "--final-lr-frac") sft.final_lr_frac = parse_double(f, value);
         else if (flag == "--matrix-lr") sft.matrix_lr = lr();
         else if (flag == "--embedding-lr") sft.embedding_lr = lr();
         else if (flag == "--unembedding-lr") sft.unembedding_lr = lr();
@@ -90,10 +90,10 @@ static void parse_sft_args(SftRun* s, int argc, char** argv) {
     check_run_args(args);
     if (sft.dir.empty()) fail("chat_sft needs --sft DIR (the conversations dev/data/sft.py writes; see --help)");
     if (args.init_from.empty() && args.resume_dir.empty()) fail("chat_sft needs --init-from BASE (a checkpoint of base training, or exported weights)");
-    if (!(sft.init_lr_frac > 0.0f)) fail("--init-lr-frac must be > 0, got %g", sft.init_lr_frac);
-    if (!(sft.warmup_ratio >= 0.0f && sft.warmup_ratio <= 1.0f)) fail("--warmup-ratio must be in [0, 1], got %g", sft.warmup_ratio);
-    if (!(sft.warmdown_ratio >= 0.0f && sft.warmdown_ratio <= 1.0f)) fail("--warmdown-ratio must be in [0, 1], got %g", sft.warmdown_ratio);
-    if (!(sft.final_lr_frac >= 0.0f && sft.final_lr_frac <= 1.0f)) fail("--final-lr-frac must be in [0, 1], got %g", sft.final_lr_frac);
+    if (!(sft.init_lr_frac > 0.0)) fail("--init-lr-frac must be > 0, got %g", sft.init_lr_frac);
+    if (!(sft.warmup_ratio >= 0.0 && sft.warmup_ratio <= 1.0)) fail("--warmup-ratio must be in [0, 1], got %g", sft.warmup_ratio);
+    if (!(sft.warmdown_ratio >= 0.0 && sft.warmdown_ratio <= 1.0)) fail("--warmdown-ratio must be in [0, 1], got %g", sft.warmdown_ratio);
+    if (!(sft.final_lr_frac >= 0.0 && sft.final_lr_frac <= 1.0)) fail("--final-lr-frac must be in [0, 1], got %g", sft.final_lr_frac);
     if (sft.chatcore_every < 1 && sft.chatcore_every != -1) fail("--chatcore-every must be >= 1 or -1, got %d", sft.chatcore_every);
     for (int v : {sft.chatcore_max_cat, sft.chatcore_max_sample})
         if (v < 1 && v != -1) fail("--chatcore-max-cat and --chatcore-max-sample must be >= 1 or -1, got %d", v);

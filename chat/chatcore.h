@@ -17,6 +17,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +25,7 @@
 #include <vector>
 #include "../llmc/common.h"
 #include "../llmc/core.h"  // valid_utf8
+#include "encoder.h"         // utf8_replace_invalid: how nanochat's tokenizer decodes an answer
 
 static const int CHATCORE_MAGIC = 20261203;
 static const int CHATCORE_VERSION = 1;
@@ -141,18 +143,42 @@ static inline std::vector<ChatTask> chat_tasks_load(const std::string& dir, int 
 // ----------------------------------------------------------------------------------------------------
 // Checkers (nanochat's tasks/gsm8k.py and tasks/humaneval.py)
 
-// Python's str.strip() whitespace, ASCII part: space, \t \n \v \f \r and \x1c-\x1f
-static inline bool py_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r') || (c >= '\x1c' && c <= '\x1f'); }
+// Python's whitespace in valid UTF-8: the characters of str.isspace(), which str.strip() removes and `\s`
+// matches in a str regex: \t \n \v \f \r, \x1c-\x1f, space, U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028,
+// U+2029, U+202F, U+205F and U+3000. py_space_at: the byte length of the one starting at s[p] (p < s.size()),
+// 0 if none does. Bytes are compared, never read past the end, so any bytes are safe (and invalid UTF-8 is no
+// whitespace).
+static inline size_t py_space_at(const std::string& s, size_t p) {
+    const unsigned char* u = (const unsigned char*)s.data() + p;
+    const size_t left = s.size() - p;
+    if (u[0] < 0x80) return u[0] == ' ' || (u[0] >= '\t' && u[0] <= '\r') || (u[0] >= 0x1c && u[0] <= 0x1f);
+    if (u[0] == 0xC2) return left >= 2 && (u[1] == 0x85 || u[1] == 0xA0) ? 2 : 0;
+    if (left < 3) return 0;
+    const uint32_t c = (uint32_t)u[0] << 16 | (uint32_t)u[1] << 8 | u[2];
+    const bool space = c == 0xE19A80 || (c >= 0xE28080 && c <= 0xE2808A) || c == 0xE280A8 || c == 0xE280A9 || c == 0xE280AF ||
+                       c == 0xE2819F || c == 0xE38080;
+    return space ? 3 : 0;
+}
 
+// The byte length of the whitespace character ending at s[e - 1] (0 if none does). In valid UTF-8 a whole
+// character's bytes just before e are that character (a lead byte never continues another).
+static inline size_t py_space_before(const std::string& s, size_t e) {
+    for (size_t len = 1; len <= 3 && len <= e; len++)
+        if (py_space_at(s, e - len) == len) return len;
+    return 0;
+}
+
+// Python's str.strip() of valid UTF-8 text
 static inline std::string py_strip(const std::string& s) {
-    size_t b = 0, e = s.size();
-    while (b < e && py_space(s[b])) b++;
-    while (e > b && py_space(s[e - 1])) e--;
+    size_t b = 0, e = s.size(), len;
+    while (b < e && (len = py_space_at(s, b)) > 0) b += len;
+    while (e > b && (len = py_space_before(s, e)) > 0) e -= len;
     return s.substr(b, e - b);
 }
 
 // GSM8K's answer: the first "#### " followed by an optional '-' and one or more of [0-9.,] (the regex
-// r"#### (\-?[0-9\.\,]+)"), commas removed; false if there is none.
+// r"#### (\-?[0-9\.\,]+)"), commas removed; false if there is none. (nanochat strips the match too, which
+// changes nothing: it holds no whitespace.)
 static inline bool gsm8k_extract_answer(const std::string& text, std::string* out) {
     auto number_char = [](char c) { return (c >= '0' && c <= '9') || c == '.' || c == ','; };
     for (size_t i = text.find("#### "); i != std::string::npos; i = text.find("#### ", i + 1)) {
@@ -168,17 +194,17 @@ static inline bool gsm8k_extract_answer(const std::string& text, std::string* ou
     return false;
 }
 
-// HumanEval's program in a completion: the first block matching r'```(?:python)?\s*\n(.*?)\n```' (DOTALL:
-// after ``` and an optional "python", whitespace ending in a newline, then the shortest text up to a
-// newline and ```), stripped; else the whole completion, stripped. The regex's backtracking is followed
-// exactly: the block's text starts after the last newline of the whitespace that has a closing fence
-// after it.
+// HumanEval's program in a completion (valid UTF-8): the first block matching r'```(?:python)?\s*\n(.*?)\n```'
+// (DOTALL: after ``` and an optional "python", whitespace ending in a newline, then the shortest text up to a
+// newline and ```), stripped; else the whole completion, stripped. \s and the strip are Python's whitespace
+// (py_space_at), Unicode's included. The regex's backtracking is followed exactly: the block's text starts
+// after the last newline of the whitespace that has a closing fence after it.
 static inline std::string humaneval_extract_program(const std::string& text) {
     for (size_t i = text.find("```"); i != std::string::npos; i = text.find("```", i + 1)) {
-        size_t pos = i + 3;
+        size_t pos = i + 3, len;
         if (text.compare(pos, 6, "python") == 0) pos += 6;
         size_t run_end = pos;
-        while (run_end < text.size() && py_space(text[run_end])) run_end++;
+        while (run_end < text.size() && (len = py_space_at(text, run_end)) > 0) run_end += len;
         for (size_t ws = run_end; ws-- > pos;) {
             if (text[ws] != '\n') continue;
             const size_t close = text.find("\n```", ws + 1);
@@ -244,15 +270,33 @@ static inline const std::string& python_path() {
 // started by the guard above, in a temporary directory deleted afterwards, with a scrubbed environment (PATH only),
 // no stdin, output discarded, killed (with anything it started) after timeout_s. True iff it exits with 0.
 // A program that is not valid UTF-8 fails as it would when decoded and compiled by Python.
+// The deadline lives in this process's polling loop, so two limits hold where that loop cannot act:
+//   * the process dies with the thread that started it (PR_SET_PDEATHSIG): an evaluator killed mid-run leaves no
+//     program running. The signal follows the forking *thread*, not the process; the thread is safe here because
+//     chat_check runs on the calling process's main thread (chat_eval, chat_sft and each forked rank call
+//     chatcore_evaluate there, outside any OpenMP region), whose exit is the process's;
+//   * RLIMIT_CPU, inherited by whatever the program starts, a few seconds past the deadline: SIGXCPU, then SIGKILL
+//     a second later, for a process that left the group killed below (setsid) and burns CPU. Only a program
+//     running on more than one core could reach it before the deadline; HumanEval's solutions run on one.
 static inline bool python_run_passes(const std::string& program, double timeout_s = 5.0) {
     const std::string& python = python_path();
     if (python.empty()) fail("HumanEval runs the model's code with python3, which is not on PATH here");
     char dir[] = "/tmp/xsa_humaneval_XXXXXX";
     if (!mkdtemp(dir)) fail("cannot create a directory for HumanEval's test process: %s", strerror(errno));
     const std::string script = std::string(PYTHON_GUARD) + "exec(compile(" + python_literal(program) + ", '<llm>', 'exec'), {'__name__': '__main__'})\n";
+    const pid_t parent = getpid();
     const pid_t pid = fork();
     if (pid < 0) fail("cannot start HumanEval's test process: %s", strerror(errno));
     if (pid == 0) {
+        // a parent that died before the prctl sends no signal: then the parent is no longer ours
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
+        // the CPU limit, lowered only (a lower one set from outside stays)
+        const rlim_t cpu_s = (rlim_t)ceil(timeout_s) + 2;
+        struct rlimit cpu;
+        if (getrlimit(RLIMIT_CPU, &cpu) != 0) _exit(127);
+        cpu.rlim_cur = std::min(cpu.rlim_cur, cpu_s);
+        cpu.rlim_max = std::min(cpu.rlim_max, cpu_s + 1);
+        if (setrlimit(RLIMIT_CPU, &cpu) != 0) _exit(127);
         setpgid(0, 0);
         if (chdir(dir) != 0) _exit(127);
         const int null_fd = open("/dev/null", O_RDWR);
@@ -285,14 +329,17 @@ static inline bool python_run_passes(const std::string& program, double timeout_
     return finished && WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-// Whether a completion answers item (a generative task's checker)
+// Whether a completion (the answer's tokens' bytes) answers item (a generative task's checker). The checkers
+// read the text nanochat's tokenizer decodes, invalid UTF-8 replaced by U+FFFD (bytes.decode("utf-8",
+// errors="replace")), so a broken byte in a comment does not fail a correct program.
 static inline bool chat_check(const ChatTask& task, const ChatItem& item, const std::string& completion) {
+    const std::string text = utf8_replace_invalid(completion);
     if (task.checker == CHECK_GSM8K) {
         std::string got;
-        return gsm8k_extract_answer(completion, &got) && got == item.refs[0];
+        return gsm8k_extract_answer(text, &got) && got == item.refs[0];
     }
     // HumanEval: the prompt's imports, the completion's code, the tests, and the call of check on the entry point
-    const std::string program = item.refs[0] + "\n\n" + humaneval_extract_program(completion) + "\n\n" + item.refs[1] + "\n" + "check(" + item.refs[2] + ")";
+    const std::string program = item.refs[0] + "\n\n" + humaneval_extract_program(text) + "\n\n" + item.refs[1] + "\n" + "check(" + item.refs[2] + ")";
     return python_run_passes(program);
 }
 

@@ -15,7 +15,7 @@ static bool parse_generation_flag(GenerationArgs* a, const std::string& flag, co
     if (flag == "-e") a->weights = value;
     else if (flag == "--tokenizer") a->tokenizer = value;
     else if (flag == "-n") a->max_new = parse_int32(flag.c_str(), value);
-    else if (flag == "-t") a->sampling.temperature = parse_float(flag.c_str(), value);
+    else if (flag == "-t") a->sampling.temperature = parse_double(flag.c_str(), value);
     else if (flag == "-k") a->sampling.top_k = parse_int32(flag.c_str(), value);
     else if (flag == "-s") {
         const long v = parse_int(flag.c_str(), value);

@@ -9,11 +9,11 @@
 // SFT's settings (nanochat's chat_sft flags and defaults)
 struct SftArgs {
     std::string dir;              // --sft: DIR/sft_train.bin and DIR/sft_val.bin
-    float init_lr_frac = 0.8f;    // every lr x this
-    float warmup_ratio = 0.0f, warmdown_ratio = 0.5f, final_lr_frac = 0.0f;
+    double init_lr_frac = 0.8;    // every lr x this
+    double warmup_ratio = 0.0, warmdown_ratio = 0.5, final_lr_frac = 0.0;  // doubles, as nanochat's Python floats
     bool load_optimizer = true;   // warm-start the optimizer from the base checkpoint's state
     // the base run's, unless given (-1)
-    float embedding_lr = -1.0f, unembedding_lr = -1.0f, matrix_lr = -1.0f;
+    double embedding_lr = -1.0, unembedding_lr = -1.0, matrix_lr = -1.0;
     long total_batch = -1;
     int chatcore_every = 200, chatcore_max_cat = -1, chatcore_max_sample = 24;
     std::string chatcore_dir;     // "": the default for the model's tokenizer (sft_setup)
@@ -27,6 +27,8 @@ static std::string data_fingerprint(const SftLoader* dl) {
     fingerprint_file(&fnv, dl->file.path);
     return fnv.hex();
 }
+
+static uint64_t loader_data_seed(const SftLoader*) { return 0; }  // SFT's order is nanochat's
 
 static void loader_restore_resharded(SftLoader*, const SafetensorsFile&, int ranks, const std::string& path) {
     fail("'%s' was written by %d ranks, this run has %d; an SFT run resumes only on its number of ranks: --ranks %d", path.c_str(), ranks,
@@ -70,7 +72,7 @@ static UpdateSchedule sft_schedule(const OptimConfig& o, int it, double progress
     if (progress < o.warmup_ratio) lrm = (progress + 1e-8) / o.warmup_ratio;
     else if (progress > 1.0 - o.warmdown_ratio) {
         const double decay = (progress - (1.0 - o.warmdown_ratio)) / o.warmdown_ratio;
-        lrm = (1.0 - decay) + decay * o.final_lr_frac;
+        lrm = (1.0 - decay) * 1.0 + decay * o.final_lr_frac;
     }
     const double frac = std::min(it / 300.0, 1.0);
     return {lrm, (1.0 - frac) * 0.85 + frac * 0.95, o.muon_wd};
@@ -90,14 +92,14 @@ static OptimConfig checkpoint_optim_config(const SafetensorsFile& f) {
     o.given_xsa_lr = defaults.xsa_lr;
     if (f.metadata.count("optim.muon_eq") == 0) return o;
     auto flag = [&](const char* key) { return metadata_int(f, key, 0, 1) == 1; };
-    auto number = [&](const char* key, float* out) {
-        if (f.metadata.count(key)) *out = (float)metadata_double(f, key);
+    auto number = [&](const char* key, double* out) {
+        if (f.metadata.count(key)) *out = metadata_double(f, key);
     };
     o.adamw_only = flag("optim.adamw_only");
     o.muon_eq = flag("optim.muon_eq");
     o.muon_plus = flag("optim.muon_plus");
     o.sft = f.metadata.count("optim.sft") && flag("optim.sft");
-    o.muon_wd = (float)metadata_double(f, "optim.muon_wd");
+    o.muon_wd = metadata_double(f, "optim.muon_wd");
     o.num_iterations = (int)metadata_int(f, "optim.num_iterations", 0, INT_MAX);
     number("optim.given_embedding_lr", &o.given_embedding_lr);
     number("optim.given_unembedding_lr", &o.given_unembedding_lr);
@@ -119,9 +121,9 @@ static TrainingPlan plan_sft(const GPTConfig& model, const OptimConfig& base, co
     o.muon_eq = base.muon_eq;
     o.muon_plus = base.muon_plus;
     o.sft = true;
-    o.given_embedding_lr = a.embedding_lr >= 0.0f ? a.embedding_lr : base.given_embedding_lr;
-    o.given_unembedding_lr = a.unembedding_lr >= 0.0f ? a.unembedding_lr : base.given_unembedding_lr;
-    o.given_matrix_lr = a.matrix_lr >= 0.0f ? a.matrix_lr : base.given_matrix_lr;
+    o.given_embedding_lr = a.embedding_lr >= 0.0 ? a.embedding_lr : base.given_embedding_lr;
+    o.given_unembedding_lr = a.unembedding_lr >= 0.0 ? a.unembedding_lr : base.given_unembedding_lr;
+    o.given_matrix_lr = a.matrix_lr >= 0.0 ? a.matrix_lr : base.given_matrix_lr;
     o.given_xsa_lr = base.given_xsa_lr;
     plan.total_batch = o.total_batch = a.total_batch > 0 ? a.total_batch : base.total_batch;
     if (plan.total_batch <= 0) fail("the base model's file does not say its total batch (exported weights); give SFT's with -B");
@@ -129,7 +131,7 @@ static TrainingPlan plan_sft(const GPTConfig& model, const OptimConfig& base, co
     plan.dmodel_lr_scale = pow((double)model.n_embd / 768.0, -0.5);
     set_group_lrs(&o, o.given_unembedding_lr, o.given_embedding_lr, flags.scalar_lr, flags.smear_lr, o.given_xsa_lr, o.given_matrix_lr,
                   plan.batch_lr_scale, plan.dmodel_lr_scale, a.init_lr_frac);
-    o.muon_wd = (float)muon_wd;
+    o.muon_wd = muon_wd;
     o.matrix_adamw_wd = flags.adamw_matrix_wd;
     o.warmup_steps = 0;
     o.warmup_ratio = a.warmup_ratio;

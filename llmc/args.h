@@ -77,6 +77,7 @@ struct Args {
     int batch = -1;  // -1: default_batch
     int steps = -1;
     uint64_t seed = 42;
+    uint64_t data_seed = 0;  // --data-seed (train_gpt): 0 = the row groups in order
     int eval_every = 250;
     long eval_tokens = 80L * 524288;
     int sample_every = 2000;
@@ -167,7 +168,7 @@ static bool parse_run_flag(Args* args, const std::string& flag, const char* valu
     else if (flag == "--tokenizer") args->tokenizer_path = value;
     else if (flag == "--eval-every") args->eval_every = parse_int32(f, value);
     else if (flag == "--eval-tokens") args->eval_tokens = parse_int(f, value);
-    else if (flag == "--progress-every") args->progress_every = parse_float(f, value);
+    else if (flag == "--progress-every") args->progress_every = parse_double(f, value);
     else if (flag == "-o" || flag == "--output") args->output_dir = value;
     else if (flag == "--save-every") args->save_every = parse_int32(f, value);
     else if (flag == "--resume") args->resume_dir = value;

@@ -46,18 +46,40 @@ static void fingerprint_file(Fnv1a* fnv, const std::string& path) {
     fnv->mix(&size, sizeof size);
 }
 
+static uint64_t loader_data_seed(const DataLoader* dl) { return dl->data_seed; }
+
 static std::string data_fingerprint(const DataLoader* dl) {
     Fnv1a fnv;
     for (const Shard& sh : dl->shards) fingerprint_file(&fnv, sh.path);
     return fnv.hex();
 }
 
+// The shortest decimal that reads back as the same double (as Python's repr: "0.65", not "0.65000000000000002")
+static std::string shortest_decimal(double x) {
+    char buf[40];
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, x);
+        if (strtod(buf, nullptr) == x) break;
+    }
+    return buf;
+}
+
+// Whether a checkpoint's setting `have` is this run's `want`. Builds before 2026-12-05 kept the lrs, weight
+// decays and ratios as floats and wrote them with "%.9g": such a value is the same setting when it is exactly what they
+// wrote for this one. (At warmdown lengths that were ties, N = 30 mod 40, the resumed run then follows the corrected
+// schedule from the checkpoint on.)
+static bool same_setting(const std::string& have, const std::string& want) {
+    if (have == want) return true;
+    char* end = nullptr;
+    const double w = strtod(want.c_str(), &end);
+    if (want.empty() || *end != '\0') return false;
+    char old[40];
+    snprintf(old, sizeof old, "%.9g", (double)(float)w);
+    return have == old;
+}
+
 static std::map<std::string, std::string> optim_to_metadata(const OptimConfig& o) {
-    auto num = [](double x) {
-        char buf[40];
-        snprintf(buf, sizeof buf, "%.9g", x);
-        return std::string(buf);
-    };
+    auto num = shortest_decimal;
     std::map<std::string, std::string> m = {
         {"optim.adamw_only", o.adamw_only ? "1" : "0"}, {"optim.muon_eq", o.muon_eq ? "1" : "0"}, {"optim.muon_plus", o.muon_plus ? "1" : "0"},
         {"optim.muon_wd", num(o.muon_wd)}, {"optim.matrix_adamw_wd", num(o.matrix_adamw_wd)},
@@ -105,6 +127,7 @@ static void save_checkpoint(const std::string& path, GPT* model, const Optimizer
     meta["optimizer_step"] = std::to_string(opt->step);
     meta["batch"] = std::to_string(train->B);  // the rows per micro-batch and the ranks decide the data order
     meta["ranks"] = std::to_string(g_ranks.world);
+    meta["data_seed"] = std::to_string(loader_data_seed(train));
     snprintf(buf, sizeof buf, "%.17g", loop.smooth_loss);
     meta["smooth_loss"] = buf;
     snprintf(buf, sizeof buf, "%.17g", loop.train_ms);
@@ -166,7 +189,7 @@ static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt,
         const auto implied = added_later.find(kv.first);
         if (f.metadata.count(kv.first) == 0 && implied != added_later.end() && implied->second == nullptr) continue;
         const std::string have = f.metadata.count(kv.first) ? f.meta(kv.first) : implied != added_later.end() ? implied->second : "(missing)";
-        if (have != kv.second)
+        if (!same_setting(have, kv.second))
             fail("'%s' was written with %s = %s, but this run has %s = %s; resume with the same model and optimizer flags", path.c_str(),
                  kv.first.c_str(), have.c_str(), kv.first.c_str(), kv.second.c_str());
     }
@@ -174,6 +197,10 @@ static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt,
     if (metadata_int(f, "batch", 1, INT_MAX) != train->B)
         fail("'%s' was written with %s rows per micro-batch, this run has %d; resume with -b %s (the rows decide the data order)",
              path.c_str(), f.meta("batch").c_str(), train->B, f.meta("batch").c_str());
+    const std::string data_seed = f.metadata.count("data_seed") ? f.meta("data_seed") : "0";  // (before --data-seed: 0)
+    if (data_seed != std::to_string(loader_data_seed(train)))
+        fail("'%s' was written with --data-seed %s, this run has %llu; resume with --data-seed %s (it decides the data order)", path.c_str(),
+             data_seed.c_str(), (unsigned long long)loader_data_seed(train), data_seed.c_str());
     const std::string data = data_fingerprint(train);
     if (f.meta("data") != data && !allow_other_data)
         fail("'%s' was trained on other data (fingerprint %s; these shards give %s): resume on the same shards, or add "

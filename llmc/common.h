@@ -162,9 +162,10 @@ static int parse_int32(const char* flag, const char* value) {
     return (int)v;
 }
 
-static float parse_float(const char* flag, const char* value) {
+// A number as Python reads it (a double): the schedules compute with it as nanochat does in Python.
+static double parse_double(const char* flag, const char* value) {
     char* end = nullptr;
-    float v = strtof(value, &end);
+    double v = strtod(value, &end);
     if (end == value || *end != '\0' || !std::isfinite(v)) fail("%s expects a number, got '%s'", flag, value);
     return v;
 }

@@ -10,7 +10,8 @@
 //     bits), [9..40] = the task label, UTF-8, NUL-padded; the rest 0
 //   N items: uint32 prompts P, uint32 gold; P prompts: uint32 ntokens, uint32 span_start, uint32 span_end,
 //     ntokens x uint32 ids (BOS first). The span [start, end) is the answer; a language-modeling item has
-//     one prompt and gold 0.
+//     one prompt and gold 0. A multiple-choice or schema option may have no answer token to score (see
+//     core_span_empty); nanochat scores it as NaN, and so does core_score_item.
 #pragma once
 
 #include <dirent.h>
@@ -28,6 +29,12 @@ struct CorePrompt {
     std::vector<int> tokens;
     int span_start, span_end;  // the answer tokens [start, end); scored at positions start-1 .. end-2
 };
+
+// An option nanochat's slice losses[start-1 : end-1] leaves empty (mean NaN), as core.py writes it: start == end
+// (a choice that is a token prefix of every other choice; choices all identical; a schema item without a
+// common suffix), or start == 0 (a schema item whose prompts are all identical: the whole prompt is the
+// common suffix, and Python reads start-1 = -1 as the last column, past end-1).
+static inline bool core_span_empty(const CorePrompt& p) { return p.span_start == 0 || p.span_start == p.span_end; }
 
 struct CoreItem {
     int gold;
@@ -111,9 +118,14 @@ static inline CoreTask core_task_load(const std::string& path, int vocab_size, i
             if (n < 2 || n > (1u << 20)) fail("'%s': item %d prompt %u has %u tokens", path.c_str(), i, p, n);
             if ((uint64_t)n * 4 > f.left())
                 fail("'%s' is truncated: item %d prompt %u has %u tokens, past the end of the file", path.c_str(), i, p, n);
-            // the first answer token is predicted from the position before it, so start >= 1
-            if (start < 1 || start >= end || end > n)
-                fail("'%s': item %d prompt %u has answer span [%u, %u) outside its %u tokens", path.c_str(), i, p, start, end, n);
+            // the first answer token is predicted from the position before it, so start >= 1. The empty spans
+            // core.py writes (core_span_empty) end at the prompt's end: [n, n) in a multiple-choice or schema
+            // item, [0, n) in a schema item only (a multiple-choice prompt's BOS is always common, so start >= 1).
+            // A language-modeling span is never empty: nanochat asserts that, and core.py refuses such an item.
+            const bool scored = start >= 1 && start < end && end <= n;
+            const bool empty = task.type != CORE_LANGUAGE_MODELING && end == n && (start == n || (start == 0 && task.type == CORE_SCHEMA));
+            if (!scored && !empty)
+                fail("'%s': item %d prompt %u has answer span [%u, %u), not a valid span of its %u tokens", path.c_str(), i, p, start, end, n);
             std::vector<uint32_t> ids(n);
             f.read(ids.data(), 4, n);
             CorePrompt prompt;
@@ -167,7 +179,7 @@ struct CoreTaskResult {
     int type, items;
     double accuracy, centered, random_baseline;
     std::vector<int> correct;                      // per item, 0/1
-    std::vector<std::vector<double>> option_loss;  // per item and option: mean loss over the answer span (MC/schema)
+    std::vector<std::vector<double>> option_loss;  // per item and option: mean loss over the answer span (MC/schema), NaN if empty
 };
 
 struct CoreResult {
@@ -177,7 +189,10 @@ struct CoreResult {
 
 // Scores one item from its prompts' per-position losses and greedy predictions:
 // losses[p][t] = CE of prompt p's token t+1 at position t; argmax[p][t] = the model's top token there.
-// MC / schema: the option with the lowest mean loss over its answer span (first on ties) must be gold.
+// MC / schema: the option with the lowest mean loss over its answer span (first on ties) must be gold. An
+// empty span's mean is NaN (core_span_empty), and the pick is nanochat's mean_losses.index(min(mean_losses)):
+// Python's min keeps its first element and replaces it only by a smaller one, and every comparison with a NaN
+// is false. So a NaN first option is the prediction, later NaN options are passed over, and the item counts.
 // LM: the greedy predictions over the span must equal the answer tokens exactly.
 static inline bool core_score_item(const CoreTask& task, const CoreItem& item, const std::vector<std::vector<float>>& losses,
                                    const std::vector<std::vector<int>>& argmax, std::vector<double>* option_loss) {
@@ -191,10 +206,14 @@ static inline bool core_score_item(const CoreTask& task, const CoreItem& item, c
     int best = 0;
     for (size_t o = 0; o < item.prompts.size(); o++) {
         const CorePrompt& p = item.prompts[o];
-        double sum = 0.0;
-        for (int t = p.span_start; t < p.span_end; t++) sum += losses[o][t - 1];
-        option_loss->push_back(sum / (p.span_end - p.span_start));
-        if ((*option_loss)[o] < (*option_loss)[best]) best = (int)o;
+        double loss = NAN;
+        if (!core_span_empty(p)) {
+            double sum = 0.0;
+            for (int t = p.span_start; t < p.span_end; t++) sum += losses[o][t - 1];
+            loss = sum / (p.span_end - p.span_start);
+        }
+        option_loss->push_back(loss);
+        if (loss < (*option_loss)[best]) best = (int)o;  // false whenever either is NaN: Python's min
     }
     return best == item.gold;
 }

@@ -4,7 +4,8 @@
 #pragma once
 
 // Several ranks score disjoint items of a task; this gives every rank all the verdicts and option losses
-// (an item's entries are non-zero on the one rank that scored it, so the sums are exact).
+// (an item's entries are non-zero on the one rank that scored it, so the sums are exact; NaN + 0 keeps a NaN
+// option loss).
 static void core_share_results(const CoreTask& task, CoreTaskResult* r) {
     auto options = [&](size_t i) { return task.type == CORE_LANGUAGE_MODELING ? (size_t)0 : task.items[i].prompts.size(); };
     std::vector<double> flat;  // per item: the verdict, then the option losses

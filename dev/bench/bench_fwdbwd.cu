@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
     const int B = parse_int32("BATCH", argv[8]);
     c.window_pattern = argv[9];
     c.short_window = parse_int32("SHORT_WINDOW", argv[10]);
-    c.xsa_alpha = parse_float("XSA_ALPHA", argv[11]);
+    c.xsa_alpha = parse_double("XSA_ALPHA", argv[11]);
     c.xsa_layer.assign(c.n_layer, c.xsa_alpha > 0.0f);
     const int iters = parse_int32("ITERS", argv[12]);
     if (argc >= 14) g_backend.xsa_fused = parse_bool("XSA_FUSED", argv[13]);

@@ -521,7 +521,7 @@ int main(int argc, char** argv) {
         if (i + 1 >= argc) fail("flag %s expects a value (flags: --reps N, --time 0|1, --tol-scale X)", argv[i]);
         if (!strcmp(argv[i], "--reps")) g_reps = std::max(1, parse_int32(argv[i], argv[i + 1]));
         else if (!strcmp(argv[i], "--time")) g_time = parse_bool(argv[i], argv[i + 1]);
-        else if (!strcmp(argv[i], "--tol-scale")) g_tol_scale = parse_float(argv[i], argv[i + 1]);
+        else if (!strcmp(argv[i], "--tol-scale")) g_tol_scale = parse_double(argv[i], argv[i + 1]);
         else fail("unknown flag %s (flags: --reps N, --time 0|1, --tol-scale X)", argv[i]);
         i++;
     }

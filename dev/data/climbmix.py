@@ -8,7 +8,8 @@ Prepare ClimbMix-400B for xsa-train, the way nanochat does (dev/docs/data.md#whe
      pattern with 1-2 digit numbers, vocab = mergeable tokens + 9 special tokens, trained on the first
      ~2B characters of the train files (documents cropped to 10,000 characters).
   3. Write tokenizer.bin and one token shard per parquet file (train_NNNNNN.bin, val_000000.bin):
-     every document encoded with encode_ordinary and a BOS token prepended.
+     every document encoded with encode_ordinary and a BOS token prepended; and beside each shard its
+     row groups (train_NNNNNN.bin.rowgroups), which the loader's ranks stride over as nanochat's do.
 
 `--upgrade-tokenizer PATH` only rewrites a tokenizer file of version 1 (no split pattern) as version 2, in
 place, token ids unchanged (the C++ encoder needs the pattern).
@@ -548,6 +549,59 @@ def read_shard_header(path):
     return version, ntokens
 
 
+# Row groups: SHARD.rowgroups beside a token shard made from a parquet file records where the file's row groups
+# begin, so that ranks stride over row groups as nanochat does (dev/data/README.md, "Row-group files")
+
+ROWGROUP_MAGIC = 20261205
+ROWGROUP_SUFFIX = ".rowgroups"
+
+
+def parquet_row_group_sizes(path):
+    """The number of rows (documents) of each row group of a parquet file, from its footer."""
+    import pyarrow.parquet as pq
+    meta = pq.ParquetFile(path).metadata
+    return [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+
+
+def row_groups_bytes(shard_path, sizes, bos):
+    """The row-group file of a token shard whose documents are, in order, those of row groups of `sizes` documents:
+    each group's first token (its first document's BOS; a group of none: where the next documents start) and
+    document count. Raises PrepError if the shard does not hold exactly sum(sizes) documents."""
+    import numpy as np
+    head = read_shard_header(shard_path)
+    if head is None:
+        raise PrepError(f"{shard_path}: not a complete token shard")
+    version, ntokens = head
+    dtype = "<u2" if version == SHARD_VERSION_U16 else "<u4"
+    tokens = np.memmap(shard_path, dtype=dtype, mode="r", offset=HEADER_BYTES, shape=(ntokens,))
+    starts = np.flatnonzero(tokens == bos)
+    if len(starts) != sum(sizes) or (ntokens and starts[0] != 0):
+        raise PrepError(f"{shard_path} holds {len(starts)} documents, but its parquet file's row groups hold {sum(sizes)}: "
+                        "delete the shard and run again")
+    header = struct.pack("<8i", ROWGROUP_MAGIC, 1, len(sizes), 0, ntokens & 0xFFFFFFFF, ntokens >> 32, 0, 0)
+    pairs, before = [], 0
+    for n in sizes:
+        pairs += [int(starts[before]) if before < len(starts) else ntokens, n]
+        before += n
+    return header + struct.pack("<%dQ" % len(pairs), *pairs)
+
+
+def write_row_groups(shard_path, parquet_path, bos):
+    """Writes SHARD.rowgroups for a token shard made from parquet_path (through a temporary file)."""
+    write_atomic(shard_path + ROWGROUP_SUFFIX, row_groups_bytes(shard_path, parquet_row_group_sizes(parquet_path), bos))
+
+
+def row_groups_current(shard_path):
+    """Whether SHARD.rowgroups exists and describes a shard of this one's token count."""
+    head = read_shard_header(shard_path)
+    try:
+        with open(shard_path + ROWGROUP_SUFFIX, "rb") as f:
+            magic, version, _, _, lo, hi = struct.unpack("<6i", f.read(24))
+    except (OSError, struct.error):
+        return False
+    return head is not None and magic == ROWGROUP_MAGIC and version == 1 and ((lo & 0xFFFFFFFF) | (hi << 32)) == head[1]
+
+
 # Worker state for the encoding pool (one Encoding per process)
 _WORKER = {}
 
@@ -782,6 +836,12 @@ def run(args):
                 label = f"[{k + 1}/{len(todo)}] {os.path.basename(dst)} <- {os.path.basename(src)}"
                 write_token_shard(dst, iter_parquet_docs([src]), encoder, label)
             encoder.close()
+    # 4. their row groups (also for shards written before the row-group files existed)
+    stale = [(dst, src) for dst, src in jobs if dst in dict(todo) or not row_groups_current(dst)]
+    for dst, src in stale:
+        write_row_groups(dst, src, bos_id(enc))
+    if stale:
+        log(f"wrote the row groups of {len(stale)} shard(s) ({ROWGROUP_SUFFIX} files)")
     total = 0
     for dst, _ in jobs:
         version, n = read_shard_header(dst)

@@ -403,6 +403,15 @@ def render_lm(item, delim, shots):
 # -----------------------------------------------------------------------------
 # Spans
 
+def empty_span(start, end):
+    """Whether nanochat's slice losses[start-1:end-1] of this span is empty, so that the option's mean loss is NaN:
+    start == end (a multiple-choice choice that is a token prefix of every other choice, or choices all identical;
+    a schema item without a common token suffix), or start == 0 (a schema item whose prompts are all identical:
+    the whole prompt is the common suffix, and -1 is the last column). Such spans are written as they are; the
+    trainer scores them as nanochat does (dev/docs/evaluation.md#scoring)."""
+    return start == end or start == 0
+
+
 def common_prefix_len(seqs):
     n = min(len(s) for s in seqs)
     for i in range(n):
@@ -529,18 +538,16 @@ def prepare_task(task, items, te, max_per_task, rb):
     parts = [header_bytes(task["type"], n, task["shots"], vocab, te.bos, max_per_task, rb, task["label"])]
     first = None
     ntok = []
-    empty = 0
+    empty_items = 0
     for idx in range(n):
         prompts, spans, gold = te.item(task, items, idx)
         if idx == 0:
             first = (prompts, spans, gold)
-        for toks, s, e in spans:
-            ntok.append(len(toks))
-            if s >= e or s < 1:
-                empty += 1
+        ntok.extend(len(toks) for toks, _, _ in spans)
+        empty_items += any(empty_span(s, e) for _, s, e in spans)
         parts.append(item_bytes(spans, gold))
     stats = dict(n_items=n, n_prompts=len(ntok), max_tokens=max(ntok), mean_tokens=sum(ntok) / len(ntok),
-                 bad_spans=empty)
+                 empty_items=empty_items)
     return b"".join(parts), stats, first
 
 
@@ -775,10 +782,13 @@ def run(args):
         name = task_file_name(t)
         write_atomic(os.path.join(out, name), data)
         index.append(f"{name} {t['label']} {t['type']} {st['n_items']} {t['shots']} {rb:g}\n")
-        warn = f", WARNING: {st['bad_spans']} prompts with an empty span or a span at 0" if st["bad_spans"] else ""
         log(f"{name}: {t['type']}, {t['shots']}-shot, delimiter {json.dumps(t['delimiter'])}, {st['n_items']} items, "
             f"{st['n_prompts']} prompts, tokens mean {st['mean_tokens']:.1f} max {st['max_tokens']}, "
-            f"random baseline {rb:g}%, {len(data):,} bytes{warn}")
+            f"random baseline {rb:g}%, {len(data):,} bytes")
+        k = st["empty_items"]
+        if k:
+            log(f"{t['label']}: {k} item{' has' if k == 1 else 's have'} an option with an empty answer span "
+                "(scored as nanochat: NaN loss)")
         if args.show_first:
             show_item(enc, t["label"], first)
     write_atomic(os.path.join(out, "index.txt"), "".join(index).encode("utf-8"))

@@ -440,7 +440,8 @@ class TestReferenceScorer(unittest.TestCase):
         self.assertEqual(ep("  def g(): pass \n"), "def g(): pass")
 
     def test_execute_code(self):
-        """execute_code: a bundle solution (fenced) passes its test, a wrong one fails with the exception's line, a hang times out"""
+        """execute_code: a bundle solution (fenced) passes its test, a wrong one fails with the exception's line, a hang times out,
+        output that is not UTF-8 is no error"""
         row = jsonl(os.path.join(BUNDLE, "humaneval_test.jsonl"))[3]
         imports = "import re\nfrom collections import Counter"
         good = "Here it is:\n```python\n" + row["prompt"] + row["canonical_solution"] + "```\nDone."
@@ -450,6 +451,21 @@ class TestReferenceScorer(unittest.TestCase):
         self.assertEqual((ok, err), (False, "AssertionError"))
         self.assertEqual(self.sc.execute_code("while True: pass", timeout=0.5), (False, "Execution timed out (process killed)"))
         self.assertEqual(self.sc.execute_code("import os\nos.remove('x')")[0], False)  # the guard
+        self.assertEqual(self.sc.execute_code("import sys\nsys.stdout.buffer.write(b'\\xff')\nsys.exit(1)"), (False, "Execution failed"))
+
+    def test_unicode_answers(self):
+        """HumanEval verdicts that only the decoding and Python's Unicode whitespace decide, by nanochat's code: broken UTF-8
+        in a comment (decoded to U+FFFD), a no-break space after ```python and a trailing U+3000 pass; U+200B (not
+        whitespace) after ```python fails. dev/test/test_infra.cu checks that the trainer's checker gives these verdicts."""
+        test = "def check(candidate):\n    assert candidate(2) == 3\n    assert candidate(-1) == 0\n"
+        broken = self.tok.decode(self.E("```python\ndef add_one(x):\n    # one more ") + [self.tok.ranks[b"\xff"], self.tok.ranks[b"\xe3"],
+                                 self.tok.ranks[b"\x80"]] + self.E("\n    return x + 1\n```"))
+        self.assertEqual(broken.count("\ufffd"), 2)
+        cases = [(broken, True), ("```python\u00a0\ndef add_one(x):\n    return x + 1\n```", True),
+                 ("def add_one(x):\n    return x + 1\u3000", True), ("```python\u200b\ndef add_one(x):\n    return x + 1\n```", False)]
+        for completion, want in cases:
+            ok, _ = self.sc.execute_code(self.sc.humaneval_program("import math", completion, test, "add_one"))
+            self.assertEqual(ok, want, repr(completion))
 
     def script(self, tokens):
         """a next_token that returns `tokens` in order and records the sequences it was asked about"""

@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
         else if (a == "--batch") batch = true;
         else if (a == "--bench") {
             if (i + 1 >= argc) fail("--bench needs a number of seconds");
-            bench_seconds = parse_float("--bench", argv[++i]);
+            bench_seconds = parse_double("--bench", argv[++i]);
             if (bench_seconds <= 0.0) fail("--bench: %s seconds is not positive", argv[i]);
         } else if (a.size() > 1 && a[0] == '-') fail("unknown flag '%s'; usage: tokenize TOKENIZER [FILE|-] [--specials] [--batch] [--bench SECONDS]", a.c_str());
         else if (tokenizer_path.empty()) tokenizer_path = a;

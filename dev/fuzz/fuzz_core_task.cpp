@@ -1,7 +1,8 @@
 // fuzz_core_task: a CORE task file (llmc/core.h: core_task_load). The input is the whole file, loaded
 // as train_gpt does (vocabulary 4096, BOS 4087: the embedded corpus's tokenizer) and as eval_core does
 // (BOS taken from the file). An accepted task is scored with made-up model outputs, which reads every
-// answer span: the spans must lie inside their prompts.
+// answer span: the spans must lie inside their prompts, and an option's loss is NaN exactly where its span is
+// empty (core_span_empty, scored as nanochat scores it).
 #include "dev/fuzz/fuzz_util.h"
 #include "llmc/core.h"
 
@@ -29,8 +30,8 @@ static void score(const CoreTask& task) {
         }
         std::vector<double> option_loss;
         r.correct.push_back(core_score_item(task, item, losses, argmax, &option_loss) ? 1 : 0);
-        for (double x : option_loss)
-            if (!std::isfinite(x)) abort();
+        for (size_t o = 0; o < option_loss.size(); o++)
+            if (std::isfinite(option_loss[o]) == core_span_empty(item.prompts[o])) abort();
     }
     result.tasks.push_back(r);
     core_finish(&result);

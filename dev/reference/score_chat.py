@@ -250,8 +250,9 @@ def execute_code(code, timeout=5.0, maximum_memory_bytes=256 * 1024 * 1024):
     program = guard + f"\nexec(compile({code!r}, '<llm>', 'exec'), {{'__name__': '__main__'}})\n"
     with tempfile.TemporaryDirectory() as tmpdir:
         try:
+            # errors="replace": a program may write any bytes, and only the exit status decides
             p = subprocess.run([sys.executable, "-c", program], cwd=tmpdir, env={"PATH": "/usr/bin:/bin"},
-                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace", timeout=timeout)
         except subprocess.TimeoutExpired:
             return False, "Execution timed out (process killed)"
     if p.returncode == 0:

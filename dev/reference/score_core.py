@@ -14,9 +14,11 @@ value_embeds, smear, xsa_alpha, xsa_layers; xsa_learnable optional, default 0; s
 Per item, all its prompts form one batch, right-padded with BOS, and run through one forward pass (softcapped
 logits). Per position: cross-entropy against the next token and the argmax prediction (the last column has
 no target: NaN). Multiple choice / schema: score of option i = mean CE over positions start-1 .. end-2 (which
-predict tokens start .. end-1), taken with Python slice semantics like nanochat (an empty span gives NaN);
-prediction = the first option with the smallest score (Python's min() and list.index(), so NaN behaves as in
-nanochat); correct iff it equals gold. Language modeling: correct iff the argmax at positions start-1 .. end-2
+predict tokens start .. end-1), taken with Python slice semantics like nanochat (an empty span gives NaN,
+start = 0 included: -1 is the last column); prediction = means.index(min(means)) as in nanochat, the first
+option with the smallest score, except that a NaN first option is the prediction (Python's min() keeps its
+first element unless a later one is smaller, never true with a NaN) and a later NaN option never is;
+correct iff it equals gold. Language modeling: correct iff the argmax at positions start-1 .. end-2
 equals tokens start .. end-1. Accuracy per task; centered = (acc - 0.01 rb) / (1 - 0.01 rb); CORE = the mean
 of the centered accuracies.
 

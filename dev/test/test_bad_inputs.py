@@ -636,6 +636,21 @@ class TestCheckpoints(Case):
         # (--xsa-layers none: the layers match, so the one difference is the implied xsa_learnable = 0)
         self.rejects(train(BASE + " -x learn --xsa-layers none --resume " + q(d)), ["xsa_learnable = 0", "this run has xsa_learnable = 1"])
 
+    def test_written_with_float_settings(self):
+        """checkpoint: from before the optimizer's settings were doubles (lrs, weight decay, ratios written as "%.9g" of a
+        float: 0.649999976) -> resumes; one of them another number -> one error naming it"""
+        header, _ = craft.st_parse(self.fx.ckpt3)
+        meta = header["__metadata__"]
+        old = {k: "%.9g" % struct.unpack("<f", struct.pack("<f", float(v)))[0] for k, v in meta.items()
+               if k.startswith("optim.") and "." in v}
+        self.assertEqual(old["optim.warmdown_ratio"], "0.649999976")
+        d = self.path("old")
+        self.file(os.path.join("old", "ckpt_000003.safetensors"), self.edit(meta=old))
+        self.file(os.path.join("old", "metrics.jsonl"), self.fx.metrics)
+        code, out, err = execute(train(BASE + " --resume " + q(d)))
+        self.assertTrue(code == 0 and "resumed from" in out, out + err)
+        self.resume_case(self.edit(meta={"optim.warmdown_ratio": "0.649999"}), ["optim.warmdown_ratio = 0.649999", "this run has optim.warmdown_ratio = 0.65"])
+
     # FAILS at f7b1cb3 (train_gpt.cu load_checkpoint): std::stoi throws std::invalid_argument: terminate, abort (exit 134)
     def test_step_not_numeric(self):
         """checkpoint: metadata step = "abc" -> one error naming the checkpoint and step"""

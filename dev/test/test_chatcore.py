@@ -5,8 +5,8 @@ model of the embedded tokenizer, base-trained 200 steps and fine-tuned 80 SFT st
 every item's verdict, chosen letter and greedy answer (64 tokens, with the calculator tool) equal to the
 independent PyTorch scorer's in float64 (dev/reference/score_chat.py, its output committed as
 dev/reference/data/chat_scores.json); the same aggregates over 2 ranks; bad task files and options end in
-one error line. The answer checkers and HumanEval's test process are checked by dev/test/test_infra.cu, the calculator
-against Python by dev/data/test_calculator.py.
+one error line; chat_eval killed mid-HumanEval leaves no program running. The answer checkers and HumanEval's test
+process are checked by dev/test/test_infra.cu, the calculator against Python by dev/data/test_calculator.py.
 
     python3 dev/test/test_chatcore.py        (or all suites: make test)
 
@@ -16,8 +16,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import struct
+import subprocess
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -86,6 +89,45 @@ class TestChatCore(xsatest.TempDirTest):
         code, two = chat_eval("-c", TASKS, "--max-new", "16", "--ranks", "2")
         table = lambda out: [line for line in out.split("\n") if re.match(r"(ARC|MMLU|GSM8K|HumanEval|ChatCORE )", line)]  # noqa: E731
         self.assertTrue(code == 0 and len(table(one)) == 6 and table(one) == table(two), "1 rank:\n%s\n2 ranks:\n%s" % (one, two))
+
+    def test_killed_mid_humaneval(self):
+        """chat_eval killed (SIGKILL) while a HumanEval program runs: the program dies with it, none is left running"""
+        good = read(os.path.join(REPO, TASKS, "05_HumanEval.bin"))
+        (n_prompt,) = struct.unpack_from("<I", good, 1024)
+        marker = self.path("humaneval_running")  # in the program's text, so in its command line (python3 -c PROGRAM)
+        # the imports run first: they record the process and sleep; the answer and the tests are the text of a raw string
+        strings = [("import os, time\nopen(%r, 'w').write(str(os.getpid()))\ntime.sleep(300)\nr'''" % marker).encode(),
+                   b"'''\ndef check(f):\n    pass", b"f"]
+        item = good[1024:1028 + 4 * n_prompt] + struct.pack("<III", 0, 0, len(strings)) + b"".join(struct.pack("<I", len(s)) + s for s in strings)
+        os.makedirs(self.path("tasks"))
+        with open(self.path("tasks", "05_HumanEval.bin"), "wb") as f:
+            f.write(good[:12] + struct.pack("<i", 1) + good[16:1024] + item)
+        with open(self.path("tasks", "index.txt"), "w") as f:
+            f.write("05_HumanEval.bin HumanEval generative 1 0\n")
+
+        def running():
+            """the processes whose command line holds the marker (a zombie's is empty)"""
+            return [int(d) for d in os.listdir("/proc") if d.isdigit() and marker.encode() in read("/proc/%s/cmdline" % d)]
+
+        p = subprocess.Popen([binary("chat_eval"), "-e", MODEL, "-c", self.path("tasks"), "--max-new", "1"], cwd=REPO,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 120
+        while not read(marker) and p.poll() is None and time.time() < deadline:
+            time.sleep(0.02)
+        pid = int(read(marker) or 0)
+        workdir = os.readlink("/proc/%d/cwd" % pid) if pid else ""  # the program's temporary directory: a killed chat_eval leaves it
+        p.kill()
+        p.wait()
+        deadline = time.time() + 5
+        while running() and time.time() < deadline:
+            time.sleep(0.02)
+        left = running()
+        for q in left:
+            os.kill(q, signal.SIGKILL)
+        if workdir.startswith("/tmp/xsa_humaneval_"):
+            shutil.rmtree(workdir, ignore_errors=True)
+        self.assertTrue(pid > 0, "the HumanEval program did not start (chat_eval exited %s)" % p.returncode)
+        self.assertEqual(left, [], "the HumanEval program (pid %d) outlived chat_eval" % pid)
 
     def test_bad_inputs(self):
         """bad options and task files: exit 1, one error line"""

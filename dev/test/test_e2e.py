@@ -2,19 +2,23 @@
 """End-to-end tests of the binaries, ./train_gpt_cpu and ./eval_core (build them first: make test does):
 the command line's presets, bad flags and bad files (exit code 1 and one "error:" line), the main job on
 the embedded data (metrics.jsonl, checkpoints, a resume with other flags refused), learnable XSA alpha,
---ranks 2 (one rank prints and logs; CORE scored by two ranks identical to eval_core in one process), and
-CORE task files with a wrong magic, span or gold index. Each test works in its own temporary directory.
+--ranks 2 (one rank prints and logs; CORE scored by two ranks identical to eval_core in one process),
+CORE task files with a wrong magic, span or gold index, and a bundle built like the real one whose items
+have empty answer spans, through dev/data/core.py and eval_core, scored as nanochat scores them. Each test
+works in its own temporary directory.
 The numerics of --ranks 2 (the update against the same step computed in one process) are checked by
 dev/test/test_infra.cu, which has the model to compute that step; resume, bit-identical to the run left
 alone, by dev/test/test_resume.py.
 
     python3 dev/test/test_e2e.py        (or all suites: make test)
 
-Standard library only.
+Standard library only (the bundle test runs dev/data/core.py, which needs tiktoken: skipped without it).
 """
+import csv
 import json
 import math
 import os
+import random
 import shlex
 import struct
 import sys
@@ -22,7 +26,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import xsatest  # noqa: E402
-from xsatest import REPO, binary, check_one_error, read, run  # noqa: E402
+from xsatest import REPO, binary, check_one_error, needs_packages, read, run  # noqa: E402
 
 # a model small enough for a few steps in about a second (2 micro-batches of 2 rows x 32 tokens per step)
 TINY = "-d 1 --dim 32 --heads 2 -t 32 -b 2 -B 128 --warmup-steps 2 --eval-every 3 --eval-tokens 256 --sample-every -1"
@@ -117,6 +121,8 @@ class TestRunAndResume(TempDirTest):
         rejects(self, TINY + " -n 6 -x 1 --matrix-lr 0.03 --resume " + self.q("a"), "resume with the same model and optimizer flags")
         # and so is another micro-batch (it changes which documents each step sees)
         rejects(self, TINY + " -n 6 -x 1 -b 1 --resume " + self.q("a"), "resume with -b 2")
+        # and another data order
+        rejects(self, TINY + " -n 6 -x 1 --data-seed 3 --resume " + self.q("a"), "resume with --data-seed 0")
 
 
 class TestLearnableAlpha(TempDirTest):
@@ -210,7 +216,9 @@ class TestCoreBadFile(TempDirTest):
     # (what, byte offset, uint32 written there, expected in the message); item 0 starts after the 1024-byte header
     CASES = [("a wrong magic", 0, 12345, "is not a CORE task file"),
              ("an answer span past the prompt", 1024 + 16, 500, "answer span"),  # item 0, prompt 0: span_end
-             ("a gold index past the options", 1024 + 4, 7, "gold index")]
+             ("a gold index past the options", 1024 + 4, 7, "gold index"),
+             # prompt 0 has 19 tokens and span [15, 19): an empty span before the prompt's end is none core.py writes
+             ("an empty answer span inside the prompt", 1024 + 16, 15, "answer span")]
 
     def test_bad_task_files(self):
         good = read(os.path.join(REPO, "dev/data/core_tasks/01_completion_zeroshot.bin"))
@@ -221,6 +229,112 @@ class TestCoreBadFile(TempDirTest):
                 f.write(good[:offset] + struct.pack("<I", value) + good[offset + 4:])
             check_one_error(self, [binary("eval_core"), "-e", "dev/reference/data/core_model.safetensors", "-c", d], expect,
                             "eval_core on a task file with " + what)
+
+
+@needs_packages("tiktoken")
+class TestCoreEmptySpans(TempDirTest):
+    """A bundle built like the real one (PIQA, ARC-Easy: 10-shot, the "\\nAnswer: " delimiter) whose items have options
+    nanochat scores as NaN, through dev/data/core.py and eval_core. nanochat's core_eval.py scores option i as
+    losses[i, start-1:end-1].mean() (NaN for an empty slice) and predicts mean_losses.index(min(mean_losses)); every
+    item below is one that rule gets right or wrong whatever the model's losses (a NaN first option is predicted, a
+    later NaN option never), so the expected accuracies come from the rule applied to the spans of the task files
+    with random losses."""
+
+    # the PIQA shape: the shorter solution is a token prefix of the longer; (shorter one first, gold, how many)
+    PIQA = [(True, 0, 5), (True, 1, 2), (False, 0, 3), (False, 1, 2)]
+    # the ARC shape: one choice is a token prefix of the three others; (its index, gold, how many)
+    ARC = [(0, 0, 5), (0, 3, 3), (2, 2, 4)]
+    WORDS = ["heat", "light", "sound", "water", "air", "soil"]
+
+    def items(self):
+        piqa, arc = [], []
+        for short_first, gold, count in self.PIQA:
+            for _ in range(count):
+                k = len(piqa)
+                sols = ["P = a + b1 + b2 + c", "P = a + b1 + b2 + c x b1"]
+                piqa.append({"query": "Question: Trapezoid %d has sides a, b1, b2 and c. Find its perimeter P." % k,
+                             "choices": sols if short_first else sols[::-1], "gold": gold})
+        for at, gold, count in self.ARC:
+            for _ in range(count):
+                k = len(arc)
+                base = self.WORDS[k % len(self.WORDS)]
+                choices = [base + " and " + w for w in self.WORDS if w != base][:3]
+                choices.insert(at, base)
+                arc.append({"query": "Question: What does experiment %d need?" % k, "choices": choices, "gold": gold})
+        copa = [{"query": "The man lied, so", "choices": ["he was caught.", "he was caught."], "gold": g} for g in (0, 0, 1)]
+        winograd = [{"context_options": ["The man lied because he", "The man lied because he"], "continuation": "was afraid.", "gold": g}
+                    for g in (0, 1, 1)]
+        return [("piqa", "commonsense_reasoning/piqa.jsonl", "multiple_choice", 10, "\\nAnswer: ", 50, piqa),
+                ("arc_easy", "world_knowledge/arc_easy.jsonl", "multiple_choice", 10, "\\nAnswer: ", 25, arc),
+                ("copa", "commonsense_reasoning/copa.jsonl", "multiple_choice", 0, None, 50, copa),
+                ("winograd", "language_understanding/winograd_wsc.jsonl", "schema", 0, None, 50, winograd)]
+
+    def write_bundle(self, tasks):
+        yaml, meta = ["icl_tasks:"], ["Eval Task,Random baseline"]
+        for label, uri, ttype, shots, delim, rb, items in tasks:
+            yaml += ["-", "  label: " + label, "  dataset_uri: " + uri, "  num_fewshot: [%d]" % shots, "  icl_task_type: " + ttype]
+            if delim is not None:
+                yaml.append('  continuation_delimiter: "%s"' % delim)
+            meta.append("%s,%g" % (label, rb))
+            self.write("bundle/eval_data/" + uri, "".join(json.dumps(item) + "\n" for item in items))
+        self.write("bundle/core.yaml", "\n".join(yaml) + "\n")
+        self.write("bundle/eval_meta_data.csv", "\n".join(meta) + "\n")
+
+    @staticmethod
+    def nanochat_correct(path, rng):
+        """Per item of a task file, whether nanochat's rule gets it right: the same for 20 draws of random losses."""
+        data = read(path)
+        pos, out = 1024, []
+        for _ in range(struct.unpack_from("<i", data, 12)[0]):
+            n, gold = struct.unpack_from("<II", data, pos)
+            pos += 8
+            spans = []
+            for _ in range(n):
+                nt, s, e = struct.unpack_from("<III", data, pos)
+                spans.append((nt, s, e))
+                pos += 12 + 4 * nt
+            T = max(nt for nt, _, _ in spans)
+            verdicts = set()
+            for _ in range(20):
+                means = []
+                for _, s, e in spans:
+                    losses = [rng.uniform(0.1, 10.0) for _ in range(T)]
+                    losses[-1] = float("nan")  # forward_model: no target after the last position
+                    span = losses[s - 1:e - 1]  # Python's slice, as nanochat's on the tensor: empty -> mean NaN
+                    means.append(sum(span) / len(span) if span else float("nan"))
+                verdicts.add(means.index(min(means)) == gold)
+            assert len(verdicts) == 1, "%s: an item whose verdict depends on the losses: %s" % (path, spans)
+            out.append(verdicts.pop())
+        return out
+
+    def test_bundle_with_empty_spans(self):
+        """a bundle built like the real one, with empty answer spans (PIQA, ARC-Easy, identical choices and schema options): core.py counts them, eval_core scores as nanochat"""
+        tasks = self.items()
+        self.write_bundle(tasks)
+        code, out = run([sys.executable, "dev/data/core.py", "--bundle", self.path("bundle"), "--tokenizer", "dev/data/devil/tokenizer.bin",
+                         "--out", self.path("tasks")])
+        counts = [line for line in out.splitlines() if "empty answer span" in line]
+        self.assertEqual(counts, ["%s: %d items have an option with an empty answer span (scored as nanochat: NaN loss)" % (t[0], len(t[6]))
+                                  for t in tasks], out)
+        rng = random.Random(0)
+        want = {}
+        for k, (label, _, _, _, _, rb, _) in enumerate(tasks):
+            correct = self.nanochat_correct(self.path("tasks", "%02d_%s.bin" % (k + 1, label)), rng)
+            acc = sum(correct) / len(correct)
+            want[label] = (len(correct), acc, (acc - 0.01 * rb) / (1 - 0.01 * rb))
+        # by hand: PIQA and copa predict option 0 always (a NaN first option, or the only other one); ARC-Easy gets the
+        # 5 items with the prefix choice first and gold 0; winograd predicts 0 with gold 0 once
+        self.assertEqual({label: w[1] for label, w in want.items()}, {"piqa": 8 / 12, "arc_easy": 5 / 12, "copa": 2 / 3, "winograd": 1 / 3})
+        code, out = run([binary("eval_core"), "-e", "dev/reference/data/core_model.safetensors", "-c", self.path("tasks"), "-o", self.path("core.csv")])
+        self.assertEqual(code, 0, out)
+        rows = {r["label"]: r for r in csv.DictReader(read(self.path("core.csv")).decode().splitlines())}
+        got = {label: (int(r["items"]), float(r["accuracy"]), float(r["centered"])) for label, r in rows.items() if label != "CORE"}
+        self.assertEqual(set(got), set(want), out)
+        for label in want:
+            self.assertTrue(got[label][0] == want[label][0] and all(abs(a - b) < 1e-6 for a, b in zip(got[label][1:], want[label][1:])),
+                            "%s: eval_core items, accuracy, centered %s, nanochat's rule %s" % (label, got[label], want[label]))
+        core = sum(w[2] for w in want.values()) / len(want)
+        self.assertAlmostEqual(float(rows["CORE"]["centered"]), core, places=6)
 
 
 if __name__ == "__main__":

@@ -4,10 +4,10 @@ parser, phase timing, the safetensors round trip of a model's weights, the data 
 on a hand-made stream, its state restored, 2 ranks' states resumed on 3, a shard truncated during a run),
 bits per byte by hand, SFT packing of conversations, resume (bit-identical to an uninterrupted run),
 `--ranks 2` against the same step in one process, CORE (rendering, centering, scores against the PyTorch
-scorer) and ChatCORE's answer checkers, HumanEval's test process and the calculator tool. Prints one line
-per check and ends with `N passed, N failed`; exits non-zero on any failure. The numerics (the model
-against the PyTorch references, optimizers, kernels, the CUDA suite) are test_xsa.cu's; the binaries end to
-end are tested by dev/test/test_e2e.py and the other dev/test/test_*.py.
+scorer, empty answer spans scored as nanochat) and ChatCORE's answer checkers, HumanEval's test process and
+the calculator tool. Prints one line per check and ends with `N passed, N failed`; exits non-zero on any
+failure. The numerics (the model against the PyTorch references, optimizers, kernels, the CUDA suite) are
+test_xsa.cu's; the binaries end to end are tested by dev/test/test_e2e.py and the other dev/test/test_*.py.
 
 CPU only: built with g++ (-I. for train_gpt.cu), not nvcc. It runs from the repository root: it reads
 dev/data/ and dev/reference/data/, and test_ranks_step runs ./train_gpt_cpu ($XSA_BIN_DIR/train_gpt_cpu where
@@ -155,11 +155,77 @@ static void test_packing() {
     }
 }
 
+// --data-seed (dev/docs/data.md#ranks-and-epochs): 2 shards of 40 documents (every token of document d is d + 1,
+// the second shard's ids offset by 40), row groups of 2, 3 ranks. Over one epoch the ranks together read every
+// document exactly once, each rank whole row groups (2k, 2k + 1 together); the order differs from seed 0's and
+// from another seed's and is the same for the same seed; a loader restored from a state saved mid-shard reads on
+// exactly as the one that saved it.
+static void test_data_seed() {
+    const std::string paths[2] = {tmp_path("seed_a.bin"), tmp_path("seed_b.bin")};
+    for (int f = 0; f < 2; f++) {
+        std::vector<uint32_t> stream;
+        for (uint32_t d = 0; d < 40; d++) {
+            stream.push_back(0);
+            for (uint32_t t = 0; t < 1 + d % 3; t++) stream.push_back(40 * f + d + 1);
+        }
+        write_shard(paths[f], stream, 2);
+    }
+    auto loader = [&](int rank, uint64_t seed) {
+        DataLoader dl;
+        dataloader_init(&dl, tmp_path("seed_*.bin"), "test", 100, 0, 1, 7, rank, 3);
+        dl.chunk_docs = 2;
+        dl.data_seed = seed;
+        return dl;
+    };
+    auto doc = [](const DataLoader& dl, const Document& d) { return (int)dl.shards[d.shard].token(d.start + 1) - 1; };
+    // the documents rank r reads in epoch 1, in order (the stream moves to epoch 2 right after its last row group)
+    auto epoch_docs = [&](int rank, uint64_t seed) {
+        DataLoader dl = loader(rank, seed);
+        while (dl.epoch == 1) dataloader_refill(&dl);
+        std::vector<int> docs;
+        for (const Document& d : dl.buffer) docs.push_back(doc(dl, d));
+        dataloader_free(&dl);
+        return docs;
+    };
+    bool once = true, whole = true;
+    std::vector<int> seen(80, 0);
+    std::vector<std::vector<int>> by_rank;
+    for (int r = 0; r < 3; r++) {
+        const std::vector<int> mine = epoch_docs(r, 7);
+        for (size_t i = 0; i < mine.size(); i += 2) whole = whole && i + 1 < mine.size() && mine[i] % 2 == 0 && mine[i + 1] == mine[i] + 1;
+        for (int d : mine) seen[d]++;
+        by_rank.push_back(mine);
+    }
+    for (int c : seen) once = once && c == 1;
+    const bool shuffled = by_rank[0] != epoch_docs(0, 0) && epoch_docs(0, 7) != epoch_docs(0, 8), same = epoch_docs(1, 7) == epoch_docs(1, 7);
+    // save mid-shard, restore into a fresh loader, both read on
+    DataLoader a = loader(2, 7);
+    for (int i = 0; i < 5; i++) dataloader_refill(&a);
+    const std::vector<int64_t> state = dataloader_state(&a);
+    DataLoader b = loader(2, 7);
+    dataloader_restore(&b, state, "test");
+    bool resumed = true;
+    for (int i = 0; i < 30; i++) {
+        a.buffer.clear();
+        b.buffer.clear();
+        dataloader_refill(&a);
+        dataloader_refill(&b);
+        resumed = resumed && a.buffer.size() == b.buffer.size() && doc(a, a.buffer[0]) == doc(b, b.buffer[0]) && a.epoch == b.epoch;
+    }
+    dataloader_free(&a);
+    dataloader_free(&b);
+    check(once && whole && shuffled && same && resumed,
+          "--data-seed: the 3 ranks read every document of an epoch once (%s), in whole row groups (%s), in an order other than seed 0's "
+          "and seed 8's (%s), the same for the same seed (%s); a restored state reads on identically (%s)",
+          once ? "yes" : "NO", whole ? "yes" : "NO", shuffled ? "yes" : "NO", same ? "yes" : "NO", resumed ? "yes" : "NO");
+}
+
 // A checkpoint of 2 ranks resumed on 3 (dataloader_restore_resharded, dev/docs/data.md#ranks-and-epochs):
 // 40 documents of 2-5 tokens, chunks of 2, buffers of 3; the old ranks pack 3 batches each. Each new rank
 // must start at the furthest old position, the new buffers must be the old ones dealt out (document i of
 // old rank 0's then rank 1's buffer to new rank i mod 3), and each new rank must read next only chunks at
-// or past that position that are its own under the new stride.
+// or past that position that are its own under the new stride (from the furthest position itself when its chunk
+// is the rank's own).
 static void test_resharded_restore() {
     const std::string path = tmp_path("reshard.bin");
     std::vector<uint32_t> stream;
@@ -194,7 +260,12 @@ static void test_resharded_restore() {
         for (size_t i = r; i < old_buffers.size(); i += 3) want.push_back(old_buffers[i]);
         for (size_t i = 0; i < want.size() || i < dl.buffer.size(); i++)
             dealt = dealt && i < want.size() && i < dl.buffer.size() && want[i].start == dl.buffer[i].start && want[i].length == dl.buffer[i].length;
-        position = position && dl.pos == furthest && dl.epoch == 1;
+        // the furthest position's chunk (row group) if it is this rank's, else the start of its next own chunk
+        const uint32_t furthest_doc = dl.shards[0].token(furthest + 1) - 1;
+        uint32_t chunk = furthest_doc / 2;
+        while (chunk % 3 != (uint32_t)r) chunk++;
+        const uint32_t doc_at = dl.shards[0].token(dl.pos + 1) - 1;
+        position = position && dl.epoch == 1 && (chunk == furthest_doc / 2 ? dl.pos == furthest : doc_at == 2 * chunk);
         const size_t kept = dl.buffer.size();
         dataloader_refill(&dl);
         for (size_t i = kept; i < dl.buffer.size(); i++) {
@@ -205,7 +276,7 @@ static void test_resharded_restore() {
         dataloader_free(&dl);
     }
     check(!old_buffers.empty() && dealt && position && stride,
-          "2 ranks' loader states resumed on 3: each starts at the furthest old position (%s), gets the old buffers dealt in turn (%s), "
+          "2 ranks' loader states resumed on 3: each starts at the furthest old position or its own next chunk (%s), gets the old buffers dealt in turn (%s), "
           "and reads on only its own chunks under the new stride (%s)", position ? "yes" : "NO", dealt ? "yes" : "NO", stride ? "yes" : "NO");
 }
 
@@ -635,6 +706,155 @@ static void test_chatcore_checkers(const Tokenizer& tok) {
           "calculator tool: 12/60 forces <|output_start|> 0.2 <|output_end|>; 2**8 and 1/0 force nothing");
 }
 
+// ChatCORE's answer text as nanochat reads it, with Python itself as the judge: python3 runs one of these functions
+// on each byte string of a corpus, decoded as nanochat's tokenizer decodes an answer (errors="replace"), and its
+// results are compared with ours on utf8_replace_invalid of the same bytes (what chat_check reads). The regexes
+// are nanochat's (tasks/humaneval.py, tasks/gsm8k.py), copied.
+static const char* const PYTHON_TEXT_FUNCTIONS = R"PY(
+import re, struct, sys
+def program(t):
+    m = re.findall(r'```(?:python)?\s*\n(.*?)\n```', t, re.DOTALL)
+    return m[0].strip() if m else t.strip()
+def gsm8k(t):
+    m = re.search(r"#### (\-?[0-9\.\,]+)", t)
+    return m.group(1).strip().replace(",", "") if m else "None"
+f = {"decode": lambda t: t, "strip": str.strip, "program": program, "gsm8k": gsm8k}[sys.argv[1]]
+data, pos, out = open(sys.argv[2], "rb").read(), 0, []
+while pos < len(data):
+    (n,) = struct.unpack_from("<I", data, pos)
+    r = f(data[pos + 4:pos + 4 + n].decode("utf-8", errors="replace")).encode("utf-8")
+    out.append(struct.pack("<I", len(r)) + r)
+    pos += 4 + n
+open(sys.argv[3], "wb").write(b"".join(out))
+)PY";
+
+// Python's `function` (above) of every string of corpus, against ours; prints the first differences.
+static void check_as_python(const char* function, const std::vector<std::string>& corpus, std::string (*ours)(const std::string&), const char* what) {
+    const std::string script = tmp_path("text_functions.py"), in = tmp_path("text_in.bin"), out = tmp_path("text_out.bin");
+    FILE* f = fopen_or_fail(script.c_str(), "wb");
+    fputs(PYTHON_TEXT_FUNCTIONS, f);
+    fclose(f);
+    f = fopen_or_fail(in.c_str(), "wb");
+    for (const std::string& s : corpus) {
+        const uint32_t n = (uint32_t)s.size();
+        fwrite(&n, 4, 1, f);
+        fwrite(s.data(), 1, n, f);
+    }
+    fclose(f);
+    std::vector<std::string> want;
+    if (system((python_path() + " " + script + " " + function + " " + in + " " + out).c_str()) == 0) {
+        const std::string data = read_file(out);
+        for (size_t pos = 0; pos + 4 <= data.size();) {
+            uint32_t n;
+            memcpy(&n, data.data() + pos, 4);
+            want.push_back(data.substr(pos + 4, n));
+            pos += 4 + n;
+        }
+    }
+    auto ascii = [](const std::string& bytes) {  // every byte outside printable ASCII as \xNN: whitespace made visible
+        std::string out;
+        char buf[8];
+        for (unsigned char c : bytes) {
+            if (c >= 0x20 && c < 0x7F) out += (char)c;
+            else snprintf(buf, sizeof buf, "\\x%02x", c), out += buf;
+        }
+        return out;
+    };
+    size_t differ = 0;
+    for (size_t i = 0; i < corpus.size() && want.size() == corpus.size(); i++) {
+        const std::string got = ours(corpus[i]);
+        if (got != want[i] && ++differ <= 3)
+            printf("     %s of '%s': '%s', Python '%s'\n", function, ascii(corpus[i]).c_str(), ascii(got).c_str(), ascii(want[i]).c_str());
+    }
+    check(want.size() == corpus.size() && differ == 0, "%s as Python's on %zu strings (%zu differ)", what, corpus.size(), differ);
+}
+
+static void test_chatcore_text_as_python() {
+    // byte strings: all of one and two bytes, then longer ones over the bytes where UTF-8's rules change (ASCII's
+    // end; the continuation ranges 80-8F, 90-9F, A0-BF; C0, C1 and F5-FF, never valid; E0, ED, F0 and F4, whose
+    // second byte is narrowed against overlongs, surrogates and code points past U+10FFFF), and random ones
+    const unsigned char edge[] = {0x00, 0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0, 0xE1, 0xED, 0xEF, 0xF0, 0xF3, 0xF4, 0xF5, 0xFF};
+    std::vector<std::string> bytes;
+    for (int a = 0; a < 256; a++) {
+        bytes.push_back(std::string(1, (char)a));
+        for (int b = 0; b < 256; b++) bytes.push_back({(char)a, (char)b});
+    }
+    for (int a = 0xC0; a < 0x100; a++)
+        for (unsigned char b : edge)
+            for (unsigned char c : edge) bytes.push_back({(char)a, (char)b, (char)c});
+    for (unsigned char a : edge)
+        for (unsigned char b : edge)
+            for (unsigned char c : edge)
+                for (unsigned char d : edge)
+                    if (a >= 0xE0) bytes.push_back({(char)a, (char)b, (char)c, (char)d});
+    Rng rng = {5};
+    for (int k = 0; k < 5000; k++) {
+        std::string s;
+        for (int n = (int)(rng_next_u64(&rng) % 17); n > 0; n--) {
+            const uint64_t r = rng_next_u64(&rng);
+            s += (char)(r % 10 < 7 ? edge[(r >> 8) % sizeof edge] : (r >> 8) % 256);
+        }
+        bytes.push_back(s);
+    }
+    check_as_python("decode", bytes, utf8_replace_invalid, "UTF-8 decoding of bytes (U+FFFD per maximal subpart)");
+    // answers: random strings of pieces that matter to the checkers: fences, "python", line ends, Python's
+    // whitespace (ASCII, \x1c-\x1f, and U+0085 .. U+3000), characters that are not whitespace (U+200B, U+FEFF,
+    // U+00A1), GSM8K's marker and number characters, code, and broken UTF-8 (a stray byte, truncated sequences,
+    // a surrogate, an overlong); every other answer only of the first 12, so that blocks open and close often
+    const char* pieces[] = {"```", "```python", "\n```", "\n", " ", "\xc2\xa0", "\xc2\x85", "\xe3\x80\x80", "\xe2\x80\xa8", "\xe2\x80\x8b",
+                            "x", "\xff", "python", "py", "\r\n", "\t", "\x0b", "\x0c", "\x1c", "\x1f", "\xe1\x9a\x80", "\xe2\x80\x80",
+                            "\xe2\x80\x8a", "\xe2\x80\xa9", "\xe2\x80\xaf", "\xe2\x81\x9f", "\xef\xbb\xbf", "\xc2\xa1", "def f(): return 1",
+                            "\xc3\xa9", "#### ", "-", "1", ",", ".", "\xc2", "\xe3\x80", "\xe2\x80", "\xed\xa0\x80", "\xc0\x8a", "\x80"};
+    std::vector<std::string> answers;
+    for (int k = 0; k < 6000; k++) {
+        const size_t n_pieces = k % 2 ? 12 : sizeof pieces / sizeof pieces[0];
+        std::string s;
+        for (int n = (int)(rng_next_u64(&rng) % 13); n > 0; n--) s += pieces[rng_next_u64(&rng) % n_pieces];
+        answers.push_back(s);
+    }
+    check_as_python("decode", answers, utf8_replace_invalid, "UTF-8 decoding of answers");
+    check_as_python("strip", answers, [](const std::string& s) { return py_strip(utf8_replace_invalid(s)); }, "str.strip() (py_strip)");
+    check_as_python("program", answers, [](const std::string& s) { return humaneval_extract_program(utf8_replace_invalid(s)); },
+                    "HumanEval's program (\\s and strip Unicode)");
+    check_as_python("gsm8k", answers, [](const std::string& s) {
+        std::string got;
+        return gsm8k_extract_answer(utf8_replace_invalid(s), &got) ? got : std::string("None");
+    }, "GSM8K's number");
+    // verdicts that only the decoding and Unicode whitespace decide (dev/data/test_chat_eval.py checks that the
+    // reference scorer, nanochat's code, gives these same verdicts on these answers)
+    ChatTask task;
+    task.checker = CHECK_HUMANEVAL;
+    ChatItem item;
+    item.refs = {"import math", "def check(candidate):\n    assert candidate(2) == 3\n    assert candidate(-1) == 0\n", "add_one"};
+    struct { const char* answer; bool pass; const char* what; } runs[] = {
+        {"```python\ndef add_one(x):\n    # one more \xff\xe3\x80\n    return x + 1\n```", true, "broken UTF-8 in a comment (U+FFFD there)"},
+        {"```python\xc2\xa0\ndef add_one(x):\n    return x + 1\n```", true, "a no-break space after ```python"},
+        {"def add_one(x):\n    return x + 1\xe3\x80\x80", true, "a trailing U+3000 (stripped)"},
+        {"```python\xe2\x80\x8b\ndef add_one(x):\n    return x + 1\n```", false, "U+200B after ```python (no whitespace: no block, a syntax error)"},
+    };
+    for (const auto& r : runs) check(chat_check(task, item, r.answer) == r.pass, "HumanEval verdict as nanochat's: %s %s", r.what, r.pass ? "passes" : "fails");
+}
+
+// A program's process that escapes the deadline's kill and the death signal (its own session, started by a process
+// the program started) and burns CPU dies of RLIMIT_CPU, ceil(timeout) + 2 s of CPU: the program starts a watcher
+// that way, which starts the burner and records how it ended. (Without the limit the burner would run forever: it
+// is killed here after 30 s.)
+static void test_humaneval_cpu_limit() {
+    const std::string pid_file = tmp_path("burner.pid"), status_file = tmp_path("burner.status");
+    const std::string burner = "import os\nopen(" + python_literal(pid_file) + ", 'w').write(str(os.getpid()))\nwhile True: pass\n";
+    const std::string watcher = "import os, subprocess, sys\nos.chdir('/')\np = subprocess.Popen([sys.executable, '-c', " + python_literal(burner) +
+                                "])\np.wait()\nopen(" + python_literal(status_file) + ", 'w').write(str(p.returncode))\n";
+    const std::string program = "import os, sys\nos.posix_spawn(sys.executable, [sys.executable, '-c', " + python_literal(watcher) + "], {}, setsid=True)\n";
+    const double t0 = wall_ms();
+    const bool passed = python_run_passes(program, 1.0);
+    std::string status;
+    while ((status = read_file(status_file)).empty() && wall_ms() - t0 < 30000.0) usleep(20000);
+    const std::string pid = read_file(pid_file);
+    if (status.empty() && !pid.empty()) kill(atoi(pid.c_str()), SIGKILL);
+    check(passed && status == std::to_string(-SIGXCPU), "HumanEval test process: a detached process burning CPU dies of SIGXCPU (RLIMIT_CPU 3 s at a "
+          "1 s deadline): status '%s' after %.1f s", status.c_str(), (wall_ms() - t0) / 1000.0);
+}
+
 static void test_core() {
     Tokenizer tok;
     tokenizer_load(&tok, "dev/data/devil/tokenizer.bin");
@@ -709,6 +929,126 @@ static void test_core() {
     gpt_free(&model);
 }
 
+// CORE items with an empty answer span, as dev/data/core.py writes them from real data (ARC-Easy, PIQA; they used
+// to make core_task_load refuse the whole task): (a) a choice that is a token prefix of every other choice ("a liar"
+// / "a liar and a thief": span [n, n) at its prompt's end), (b) choices all identical (every span [n, n)), (c) a
+// schema item whose options are all identical (the whole prompt is the common suffix: span [0, n)). nanochat's
+// core_eval.py scores option i as losses[i, start-1:end-1].mean(), NaN for these empty slices (Python reads -1 as
+// the last column), and predicts mean_losses.index(min(mean_losses)): Python's min keeps its first element and
+// takes a later one only when it is smaller, never true with a NaN. So a NaN first option is the prediction,
+// whatever the other losses are, and a later NaN option is never picked; the item counts in the accuracy. The
+// expected predictions below follow from that rule alone.
+static void write_core_task(const std::string& path, int type, const char* label, const Tokenizer& tok, const std::vector<CoreItem>& items) {
+    int32_t header[256] = {0};
+    header[0] = CORE_MAGIC;
+    header[1] = CORE_VERSION;
+    header[2] = type;
+    header[3] = (int32_t)items.size();
+    header[5] = tok.vocab_size;
+    header[6] = tok.bos_id;
+    header[7] = -1;
+    const float baseline = 0.0f;
+    memcpy(&header[8], &baseline, 4);
+    memcpy(&header[9], label, strlen(label));
+    FILE* f = fopen_or_fail(path.c_str(), "wb");
+    fwrite(header, sizeof header, 1, f);
+    for (const CoreItem& item : items) {
+        const uint32_t head[2] = {(uint32_t)item.prompts.size(), (uint32_t)item.gold};
+        fwrite(head, 4, 2, f);
+        for (const CorePrompt& p : item.prompts) {
+            const uint32_t span[3] = {(uint32_t)p.tokens.size(), (uint32_t)p.span_start, (uint32_t)p.span_end};
+            fwrite(span, 4, 3, f);
+            for (int id : p.tokens) fwrite(&id, 4, 1, f);
+        }
+    }
+    fclose(f);
+}
+
+static void test_core_empty_spans(const Tokenizer& tok) {
+    // prompts [BOS] + encoded text, spanned as core.py does (nanochat's batch_sequences_mc / _schema): multiple
+    // choice from the common token prefix to the end, schema the common token suffix
+    auto make_item = [&](int type, const std::vector<std::string>& texts, int gold) {
+        CoreItem item;
+        item.gold = gold;
+        size_t shortest = SIZE_MAX, common = 0;
+        for (const std::string& text : texts) {
+            CorePrompt p;
+            p.tokens = {tok.bos_id};
+            for (int id : tokenizer_encode(&tok, text)) p.tokens.push_back(id);
+            item.prompts.push_back(p);
+            shortest = std::min(shortest, p.tokens.size());
+        }
+        auto at = [&](size_t o, size_t k) { const std::vector<int>& t = item.prompts[o].tokens; return type == CORE_SCHEMA ? t[t.size() - 1 - k] : t[k]; };
+        auto agree = [&](size_t k) {
+            for (size_t o = 1; o < item.prompts.size(); o++)
+                if (at(o, k) != at(0, k)) return false;
+            return true;
+        };
+        while (common < shortest && agree(common)) common++;
+        for (CorePrompt& p : item.prompts) {
+            p.span_end = (int)p.tokens.size();
+            p.span_start = type == CORE_SCHEMA ? p.span_end - (int)common : (int)common;
+        }
+        return item;
+    };
+    const std::string q = "Q: What do you call a man who lies and steals?\nA: ";
+    const std::vector<CoreItem> prefix_items = {
+        make_item(CORE_MULTIPLE_CHOICE, {q + "a liar", q + "a liar and a thief"}, 0),  // option 0 NaN: predicted 0, gold 0: right
+        make_item(CORE_MULTIPLE_CHOICE, {q + "a liar and a thief", q + "a liar"}, 1),  // option 1 NaN, passed over: 0, gold 1: wrong
+    };
+    const std::vector<CoreItem> same_items = {make_item(CORE_MULTIPLE_CHOICE, {q + "a liar", q + "a liar", q + "a liar"}, 0)};  // all NaN: 0, right
+    const std::vector<CoreItem> schema_items = {make_item(CORE_SCHEMA, {"The man is a liar.", "The man is a liar."}, 1)};      // all NaN: 0, wrong
+    const int n0 = (int)prefix_items[0].prompts[0].tokens.size(), n1 = (int)prefix_items[0].prompts[1].tokens.size();
+    const int n_schema = (int)schema_items[0].prompts[0].tokens.size();
+    check(prefix_items[0].prompts[0].span_start == n0 && prefix_items[0].prompts[0].span_end == n0 && prefix_items[0].prompts[1].span_start == n0 &&
+              prefix_items[0].prompts[1].span_end == n1 && n1 > n0 && same_items[0].prompts[2].span_start == same_items[0].prompts[2].span_end &&
+              schema_items[0].prompts[1].span_start == 0 && schema_items[0].prompts[1].span_end == n_schema,
+          "CORE empty spans: 'a liar' is a token prefix of 'a liar and a thief' (its span [%d, %d), the other's [%d, %d)); identical choices "
+          "[n, n); identical schema options [0, %d)", n0, n0, n0, n1, n_schema);
+    const std::string dir = tmp_path("core_empty_spans");
+    if (mkdir(dir.c_str(), 0755) != 0) fail("cannot create '%s': %s", dir.c_str(), strerror(errno));
+    write_core_task(dir + "/01_prefix_choice.bin", CORE_MULTIPLE_CHOICE, "prefix_choice", tok, prefix_items);
+    write_core_task(dir + "/02_same_choices.bin", CORE_MULTIPLE_CHOICE, "same_choices", tok, same_items);
+    write_core_task(dir + "/03_same_schema.bin", CORE_SCHEMA, "same_schema", tok, schema_items);
+    const std::vector<CoreTask> tasks = core_tasks_load(dir, tok.vocab_size, tok.bos_id);  // refused whole before
+
+    // the rule on made-up losses: option 0 at 2.0 per token, option 2 at 1.0, option 1 (empty) at 0.0 where
+    // its span would be read: the NaN in the middle is passed over and option 2, the smaller, is predicted
+    CoreItem mid = make_item(CORE_MULTIPLE_CHOICE, {q + "a liar and a thief", q + "a liar", q + "a liar and a cheat"}, 2);
+    size_t T = 0;
+    for (const CorePrompt& p : mid.prompts) T = std::max(T, p.tokens.size());
+    std::vector<std::vector<float>> losses;
+    std::vector<std::vector<int>> argmax(3);
+    for (float v : {2.0f, 0.0f, 1.0f}) losses.push_back(std::vector<float>(T, v));
+    std::vector<double> option_loss;
+    const bool mid_right = core_score_item(tasks[0], mid, losses, argmax, &option_loss);
+    mid.gold = 1;
+    std::vector<double> unused;
+    const bool nan_gold_right = core_score_item(tasks[0], mid, losses, argmax, &unused);
+    check(mid_right && !nan_gold_right && option_loss.size() == 3 && option_loss[0] == 2.0 && std::isnan(option_loss[1]) && option_loss[2] == 1.0,
+          "CORE empty spans on made-up losses: options 2.0, NaN, 1.0 -> option 2 predicted (the NaN passed over), never the NaN option 1");
+
+    // the committed tiny model: the predictions do not depend on its losses (see above), so the accuracies are
+    // 1/2 (a), 1 (b) and 0 (c), every item counted; an option's loss is NaN exactly where its span is empty
+    SafetensorsFile model_file = safetensors_read("dev/reference/data/core_model.safetensors");
+    GPT model;
+    gpt_build(&model, config_from_metadata(model_file));
+    gpt_load_weights(&model, model_file);
+    const CoreResult r = core_evaluate(&model, tasks, -1);
+    bool nan_where_empty = true;
+    for (size_t k = 0; k < tasks.size(); k++)
+        for (size_t i = 0; i < tasks[k].items.size(); i++)
+            for (size_t o = 0; o < tasks[k].items[i].prompts.size(); o++)
+                nan_where_empty = nan_where_empty && std::isfinite(r.tasks[k].option_loss[i][o]) != core_span_empty(tasks[k].items[i].prompts[o]);
+    check(r.tasks.size() == 3 && r.tasks[0].items == 2 && r.tasks[0].accuracy == 0.5 && r.tasks[1].items == 1 && r.tasks[1].accuracy == 1.0 &&
+              r.tasks[2].items == 1 && r.tasks[2].accuracy == 0.0 && nan_where_empty && std::isfinite(r.core),
+          "CORE empty spans on the tiny model: accuracies %.2f (a choice a prefix of the other, 2 items), %.2f (identical choices), %.2f "
+          "(identical schema options), as nanochat scores them (0.50, 1.00, 0.00); option losses NaN exactly at the empty spans: %s",
+          r.tasks.size() > 0 ? r.tasks[0].accuracy : -1.0, r.tasks.size() > 1 ? r.tasks[1].accuracy : -1.0,
+          r.tasks.size() > 2 ? r.tasks[2].accuracy : -1.0, nan_where_empty ? "yes" : "NO");
+    gpt_free(&model);
+}
+
 int main(int argc, char** argv) {
     setvbuf(stdout, nullptr, _IOLBF, 0);  // keep PASS/FAIL lines in order with any error message on stderr
     if (argc != 1) fail("usage: %s", argv[0]);
@@ -717,10 +1057,14 @@ int main(int argc, char** argv) {
     {
         Tokenizer tok;
         tokenizer_load(&tok, "dev/data/devil/tokenizer.bin");
+        test_core_empty_spans(tok);
         test_chatcore_checkers(tok);
+        test_chatcore_text_as_python();
+        test_humaneval_cpu_limit();
     }
     test_packing();
     test_resharded_restore();
+    test_data_seed();
     test_sft_packing();
     test_shard_truncated_during_run();
     test_resume_bit_identical(false);

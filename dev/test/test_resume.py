@@ -71,8 +71,8 @@ CONFIGS = {
     # 200 steps, so that a stop after step 10 lands well inside the run (190 steps later, about 1.7 s on the 2-core build
     # machine); the reference is --ranks 2 (forked ranks), which launched ranks equal bit for bit (test_launch.py)
     "train_gpt, 2 ranks, 200 steps": Config("train_gpt_cpu", TINY + " --eval-every 100 --core-every -1 -n 200", "", "--ranks 2", False, ()),
-    # -B 256: a micro-batch per rank on 4 ranks
-    "train_gpt, 2 ranks, 8 steps": Config("train_gpt_cpu", TINY.replace("-B 128", "-B 256") + " --eval-every 3 --core-every -1 -n 8 --save-every 4",
+    # -B 256: a micro-batch per rank on 4 ranks; a shuffled data order, which resumes on any number of ranks too
+    "train_gpt, 2 ranks, 8 steps": Config("train_gpt_cpu", TINY.replace("-B 128", "-B 256") + " --eval-every 3 --core-every -1 -n 8 --save-every 4 --data-seed 5",
                                           "", "--ranks 2", False, ()),
 }
 
