@@ -2232,6 +2232,7 @@ static void run_checkpoint(Run<Loader>* run) {
     save_checkpoint(path, &run->model, &run->opt, &run->train, run->loop);
     metrics_sync(&run->metrics);
     printf("checkpoint %s\n", path.c_str());
+    if (run->args.keep_checkpoints > 0 && g_ranks.rank == 0) remove_old_checkpoints(run->out_dir, run->args.keep_checkpoints);
 }
 
 // The end of a run stopped by SIGINT or SIGTERM, after a step: a checkpoint (with -o), one line saying

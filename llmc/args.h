@@ -11,6 +11,8 @@ static const char* const RUN_USAGE =
         "Output\n"
         "  -o, --output DIR       write DIR/metrics.jsonl and checkpoints DIR/ckpt_STEP.safetensors\n"
         "  --save-every N         checkpoint every N steps (default -1: only at the end); needs -o\n"
+        "  --keep-checkpoints K   keep only the K latest checkpoints, deleting older ones once a newer one is\n"
+        "                         written (default -1: keep all; a d24 checkpoint is tens of GB)\n"
         "  --resume DIR           continue from the latest checkpoint in DIR, bit-identically (same flags)\n"
         "  --export-safetensors FILE  write the final weights as safetensors (nanochat names, fp32)\n"
         "Distributed\n"
@@ -82,6 +84,7 @@ struct Args {
     long eval_tokens = 80L * 524288;
     int sample_every = 2000;
     int save_every = -1;
+    int keep_checkpoints = -1;  // -1: all
     bool xsa_fused = true;
     bool cuda_graphs = true;
     bool matmul_tune = true;
@@ -171,6 +174,7 @@ static bool parse_run_flag(Args* args, const std::string& flag, const char* valu
     else if (flag == "--progress-every") args->progress_every = parse_double(f, value);
     else if (flag == "-o" || flag == "--output") args->output_dir = value;
     else if (flag == "--save-every") args->save_every = parse_int32(f, value);
+    else if (flag == "--keep-checkpoints") args->keep_checkpoints = parse_int32(f, value);
     else if (flag == "--resume") args->resume_dir = value;
     else if (flag == "--allow-other-data") args->allow_other_data = parse_bool(f, value);
     else if (flag == "--init-from") args->init_from = value;
@@ -194,6 +198,7 @@ static void check_run_args(const Args& args) {
     if (!(args.progress_every > 0.0f)) fail("--progress-every must be > 0 seconds, got %g", args.progress_every);
     if (args.save_every < 1 && args.save_every != -1) fail("--save-every must be >= 1 or -1, got %d", args.save_every);
     if (args.save_every > 0 && args.output_dir.empty() && args.resume_dir.empty()) fail("--save-every needs -o DIR for the checkpoints");
+    if (args.keep_checkpoints < 1 && args.keep_checkpoints != -1) fail("--keep-checkpoints must be >= 1 or -1, got %d", args.keep_checkpoints);
 }
 
 // Before any work: creates the output directory (-o), and checks that a weights file goes into an existing

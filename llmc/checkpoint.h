@@ -217,22 +217,32 @@ static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt,
     if (f.metadata.count("matmul_choices")) backend_matmul_restore_choices(f.meta("matmul_choices"), path.c_str());
 }
 
-// The checkpoint with the highest step in dir ("" if none): only names exactly ckpt_<digits>.safetensors
-// count (not ckpt_best.safetensors, nor a .tmp left by a crash), compared by their number (999999 < 1000000).
-static std::string latest_checkpoint(const std::string& dir) {
-    std::string best;
-    long best_step = -1;
+// The checkpoints in dir, by step: only names exactly ckpt_<digits>.safetensors count (not ckpt_best.safetensors,
+// nor a .tmp left by a crash), ordered by their number (999999 < 1000000).
+static std::vector<std::pair<long, std::string>> run_checkpoints(const std::string& dir) {
+    std::vector<std::pair<long, std::string>> found;
     for (const std::string& name : matching_files(dir + "/ckpt_*.safetensors")) {
         const size_t start = name.rfind("/ckpt_") + 6, end = name.size() - strlen(".safetensors");
         const std::string digits = name.substr(start, end - start);
         if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
-        const long step = atol(digits.c_str());
-        if (step > best_step) {
-            best_step = step;
-            best = name;
-        }
+        found.push_back({atol(digits.c_str()), name});
     }
-    return best;
+    std::sort(found.begin(), found.end());
+    return found;
+}
+
+// The checkpoint with the highest step in dir ("" if none).
+static std::string latest_checkpoint(const std::string& dir) {
+    const std::vector<std::pair<long, std::string>> found = run_checkpoints(dir);
+    return found.empty() ? "" : found.back().second;
+}
+
+// --keep-checkpoints: deletes all but the `keep` latest checkpoints in dir (called after a new one is written, so
+// the latest is always whole).
+static void remove_old_checkpoints(const std::string& dir, int keep) {
+    const std::vector<std::pair<long, std::string>> found = run_checkpoints(dir);
+    for (size_t i = 0; i + keep < found.size(); i++)
+        if (unlink(found[i].second.c_str()) != 0) fprintf(stderr, "warning: could not delete old checkpoint %s: %s\n", found[i].second.c_str(), strerror(errno));
 }
 
 static std::string checkpoint_path(const std::string& dir, int step) {

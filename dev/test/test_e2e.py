@@ -124,6 +124,15 @@ class TestRunAndResume(TempDirTest):
         # and another data order
         rejects(self, TINY + " -n 6 -x 1 --data-seed 3 --resume " + self.q("a"), "resume with --data-seed 0")
 
+    def test_keep_checkpoints(self):
+        """train_gpt --save-every 2 --keep-checkpoints 2 -n 6: only ckpt 4 and 6 are left, and --resume takes the latest"""
+        d = self.path("k")
+        code, out = train_gpt(TINY + " --core-every -1 -n 6 --save-every 2 --keep-checkpoints 2 -o " + self.q("k"))
+        self.assertEqual(code, 0, out)
+        self.assertEqual(sorted(f for f in os.listdir(d) if f.startswith("ckpt_")), ["ckpt_000004.safetensors", "ckpt_000006.safetensors"])
+        code, out = train_gpt(TINY + " --core-every -1 -n 6 --save-every 2 --keep-checkpoints 2 --resume " + self.q("k"))
+        self.assertTrue(code == 0 and "resumed from" in out and "ckpt_000006.safetensors" in out, out)
+
 
 class TestLearnableAlpha(TempDirTest):
     """-x learn end to end: the learned alphas logged per layer and head at each evaluation (0 at step 0,
