@@ -1,9 +1,16 @@
-"""dev/study.py: its statistics against scipy on fixed numbers; the runner on a tiny study (every run
-trained once, skipped when complete, resumed from a checkpoint bit-identically, --max-runs), and its
-refusals (arms that set more than XSA or the optimizer, a base that sets the seed, runs that are not
-matched). Run with `make test`."""
+"""dev/study.py: its statistics (t distribution, Welch, the paired t-test, Holm, the power line) against
+scipy and against cases computed by hand; the report's paired analysis on made-up runs (with and without
+depth groups) and on the committed CPU-scale study; the plots; the runner on a tiny study (every run trained
+once, skipped when complete, resumed from a checkpoint bit-identically, --max-runs, groups), and its
+refusals (arms that set more than XSA or the optimizer, a base that sets the seed, bad groups, runs that are
+not matched). Run with `make test` (or build/venv/bin/python dev/test_study.py: scipy and matplotlib come
+with dev/requirements.txt; without them those tests are skipped, and fail in CI)."""
 import json
+import math
 import os
+import random
+import re
+import shutil
 import struct
 import sys
 import unittest
@@ -17,17 +24,141 @@ from xsatest import binary, check_one_error, needs_packages, run  # noqa: E402
 STUDY = [sys.executable, "dev/study.py"]
 BASE = ("-d 1 --dim 32 --heads 2 -t 32 -b 2 -B 128 -n 6 --warmup-steps 2 --eval-every 3 --eval-tokens 256 --sample-every -1 "
         "--core-every -1 --save-every 3")
+COMMITTED = os.path.join(xsatest.REPO, "dev", "results", "gcide_cpu")
+
+
+def png_size(path):
+    """(width, height) from a PNG file's IHDR chunk, or None if it is not a whole PNG header."""
+    data = xsatest.read(path)
+    return struct.unpack(">II", data[16:24]) if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 24 else None
+
+
+def section(report, heading):
+    """The text of a report's section from its heading line (any level) to the next heading."""
+    m = re.search(r"^#+ " + re.escape(heading) + r".*?$(.*?)(?=^#|\Z)", report, re.M | re.S)
+    return m.group(1) if m else ""
+
+
+def row(text, *first_cells):
+    """The cells of the first table row of `text` that starts with first_cells."""
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[:len(first_cells)] == list(first_cells):
+            return cells
+    return None
+
+
+def write_run(run_dir, seed, final_bpb, alpha=0.0, learnable=False, layers=2, steps=20, loss_shift=0.0, ms=10.0):
+    """A finished run's metrics.jsonl as train_gpt writes it (the lines study.py reads), with final val bpb
+    `final_bpb`: made-up runs whose statistics are known."""
+    rng = random.Random(seed * 1000 + int(alpha * 100) + layers)
+    lines = [{"step": 0, "kind": "run", "backend": "CPU", "device": "CPU", "ranks": 1, "steps": steps, "seed": seed, "data_seed": 0,
+              "train_data": "train_*.bin", "val_data": "val_*.bin",
+              "model": {"n_layer": layers, "xsa_alpha": alpha, "xsa_learnable": int(learnable), "xsa_layers": "all"},
+              "optim": {"optim.lr.matrices": 0.02, "optim.lr.xsa_alpha": 0.005}}]
+    for s in range(steps):
+        lr = min(1.0, (s + 1) / 4) * (1.0 if s < steps // 2 else (steps - s) / (steps - steps // 2))
+        lines.append({"step": s, "kind": "train", "loss": 5.0 - 0.1 * s + loss_shift + 0.01 * rng.random(), "grad_norm": 1.0,
+                      "lr_mult": lr, "dt_ms": ms + rng.random(), "tok_per_s": 1000.0, "mfu": None})
+    for k, s in enumerate((0, steps // 2, steps)):
+        lines.append({"step": s, "kind": "eval", "val_bpb": final_bpb + (2 - k) * 0.5})
+        lines.append({"step": s, "kind": "diag", "cos_yv": [0.4 + 0.1 * l + 0.01 * k for l in range(layers)],
+                      "cos_zv": [(0.4 + 0.1 * l) * (1 - alpha) for l in range(layers)],
+                      "self_weight": [0.05 + 0.01 * l + alpha * 0.02 for l in range(layers)], "value_cos": [0.1] * layers})
+        if learnable:
+            lines.append({"step": s, "kind": "xsa_alpha", "alpha": {str(l): [0.05 * k * (l + 1), 0.04 * k * (l + 1)] for l in range(layers)}})
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
+        f.write("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def holm_by_definition(pvalues, alpha):
+    """Holm's step-down procedure at level alpha, from its definition: the hypotheses by ascending p; reject
+    the k-th (from 0) of m while its p <= alpha / (m - k), stop at the first that is not. The rejected
+    indices."""
+    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+    rejected = set()
+    for k, i in enumerate(order):
+        if pvalues[i] > alpha / (len(pvalues) - k):
+            break
+        rejected.add(i)
+    return rejected
+
+
+class TestStatisticsByHand(unittest.TestCase):
+    """Cases whose answers are worked out here from closed forms, without scipy: they run everywhere."""
+
+    def test_paired_by_hand(self):
+        # baseline 1.0 2.0 3.0 4.0, arm 1.2 2.1 3.3 4.2: differences 0.2 0.1 0.3 0.2, mean 0.2; squared deviations
+        # 0 + 0.01 + 0.01 + 0 = 0.02, variance 0.02 / 3, sd 0.08165, se sd / 2 = 0.040825, t = 0.2 / se = sqrt(24), df 3.
+        r = study.paired([a - b for a, b in zip([1.2, 2.1, 3.3, 4.2], [1.0, 2.0, 3.0, 4.0])])
+        self.assertAlmostEqual(r["mean"], 0.2, delta=1e-12)
+        self.assertAlmostEqual(r["sd"], math.sqrt(0.02 / 3), delta=1e-12)
+        # Student's t with 3 df has the CDF 1/2 + (x / (1 + x^2) + atan x) / pi, x = t / sqrt 3 = sqrt 8: x / 9 = 0.3142697,
+        # atan x = 1.2309594, so the two-sided p is 1 - 2 / pi * 1.5452291 = 0.0162766
+        x = math.sqrt(24) / math.sqrt(3)
+        p = 1.0 - 2.0 / math.pi * (x / (1 + x * x) + math.atan(x))
+        self.assertAlmostEqual(p, 0.0162766, delta=1e-7)
+        self.assertAlmostEqual(r["p"], p, delta=1e-12)
+        # the 97.5% quantile of t with 3 df (tables: 3.182446), so the interval 0.2 -+ 3.182446 * 0.040825 = [0.070077, 0.329923]
+        self.assertAlmostEqual(study.t_quantile(0.975, 3), 3.1824463052842638, delta=1e-9)
+        half = 3.1824463052842638 * math.sqrt(0.02 / 3) / 2
+        self.assertAlmostEqual(r["ci"][0], 0.2 - half, delta=1e-9)
+        self.assertAlmostEqual(r["ci"][1], 0.2 + half, delta=1e-9)
+        self.assertAlmostEqual(r["ci"][0], 0.070077, delta=1e-6)
+
+    def test_small_df_closed_forms(self):
+        for t in (0.3, 1.0, 2.5, 9.0):
+            with self.subTest("df 1 (Cauchy): p = 1 - 2 atan(t) / pi, t %g" % t):
+                self.assertAlmostEqual(study.t_two_sided_p(t, 1), 1 - 2 * math.atan(t) / math.pi, delta=1e-12)
+            with self.subTest("df 2: p = 1 - t / sqrt(2 + t^2), t %g" % t):
+                self.assertAlmostEqual(study.t_two_sided_p(t, 2), 1 - t / math.sqrt(2 + t * t), delta=1e-12)
+        # two pairs, differences 1 and 3: mean 2, sd sqrt 2, se 1, t 2 with 1 df; the 97.5% quantile is tan(0.475 pi) = 12.7062
+        r = study.paired([1.0, 3.0])
+        self.assertAlmostEqual(r["p"], 1 - 2 * math.atan(2.0) / math.pi, delta=1e-12)
+        self.assertAlmostEqual(r["ci"][1], 2.0 + math.tan(0.475 * math.pi), delta=1e-8)
+
+    def test_degenerate(self):
+        self.assertEqual((study.paired([0.5])["sd"], study.paired([0.5])["p"]), (None, None))  # one pair: no spread
+        self.assertEqual(study.paired([0.5, 0.5])["p"], None)  # no spread: t is not finite
+        self.assertIsNone(study.welch([1.0], [2.0, 3.0]))
+        self.assertIsNone(study.detectable_effect(1))
+
+    def test_holm_by_hand(self):
+        # sorted 0.005 (x4 = 0.02), 0.01 (x3 = 0.03), 0.03 (x2 = 0.06), 0.04 (x1 = 0.04, raised to the 0.06 before it)
+        self.assertEqual([round(p, 12) for p in study.holm([0.01, 0.04, 0.03, 0.005])], [0.03, 0.06, 0.06, 0.02])
+        self.assertEqual(study.holm([0.2, None, 0.6]), [0.4, None, 0.6])  # None: not tested, not in the family
+        self.assertEqual(study.holm([0.5, 0.7]), [1.0, 1.0])  # capped at 1
+        self.assertEqual(study.holm([]), [])
+
+    def test_holm_against_its_definition(self):
+        """The adjusted p-value of a hypothesis is the smallest level at which Holm's procedure rejects it."""
+        rng = random.Random(7)
+        for case in range(200):
+            m = rng.randint(1, 8)
+            pvalues = [rng.random() ** rng.choice((1, 3, 6)) for _ in range(m)]
+            adjusted = study.holm(pvalues)
+            for i, adj in enumerate(adjusted):
+                with self.subTest("case %d, hypothesis %d of %s" % (case, i, pvalues)):
+                    self.assertNotIn(i, holm_by_definition(pvalues, adj * (1 - 1e-9)))
+                    if adj < 1.0:  # (capped at 1: rejected at no level below 1)
+                        self.assertIn(i, holm_by_definition(pvalues, adj * (1 + 1e-9)))
 
 
 @needs_packages("scipy")
 class TestStatistics(unittest.TestCase):
-    def test_against_scipy(self):
+    def test_t_distribution(self):
         from scipy import stats
-        for t, df in ((0.5, 3), (2.0, 10), (2.571, 5), (4.3, 2.7), (1.0, 1), (12.0, 30.5)):
+        for t, df in ((0.5, 3), (2.0, 10), (2.571, 5), (4.3, 2.7), (1.0, 1), (12.0, 30.5), (0.01, 4)):
             with self.subTest("two-sided p of t %g, df %g" % (t, df)):
                 self.assertAlmostEqual(study.t_two_sided_p(t, df), 2 * stats.t.sf(t, df), delta=1e-10)
-            with self.subTest("97.5%% quantile, df %g" % df):
-                self.assertAlmostEqual(study.t_quantile(0.975, df), stats.t.ppf(0.975, df), delta=1e-8)
+        for df in (1, 2, 3, 4, 5.5, 9, 30, 200):
+            for q in (0.8, 0.9, 0.975, 0.995):
+                with self.subTest("t.ppf(%g, %g)" % (q, df)):
+                    self.assertAlmostEqual(study.t_quantile(q, df), stats.t.ppf(q, df), delta=1e-8 * max(1.0, stats.t.ppf(q, df)))
+
+    def test_welch(self):
+        from scipy import stats
         samples = (([4.10, 4.12, 4.09, 4.11, 4.13], [4.05, 4.08, 4.04, 4.07]), ([1.0, 2.0, 3.0], [2.0, 4.0, 6.0, 8.0]),
                    ([0.31, 0.29], [0.27, 0.30, 0.26]))
         for a, b in samples:
@@ -39,12 +170,168 @@ class TestStatistics(unittest.TestCase):
                 self.assertAlmostEqual(df, ref.df, delta=1e-9)
                 self.assertAlmostEqual(lo, ci.low, delta=1e-8)
                 self.assertAlmostEqual(hi, ci.high, delta=1e-8)
-        self.assertIsNone(study.welch([1.0], [2.0, 3.0]))
+
+    def test_paired_against_ttest_rel(self):
+        from scipy import stats
+        rng = random.Random(3)
+        cases = [([1.0, 2.0, 3.0, 4.0], [1.2, 2.1, 3.3, 4.2]), ([1.8142, 1.8076, 1.8036, 1.8019, 1.8070], [1.8152, 1.8117, 1.8093, 1.8043, 1.8164]),
+                 ([0.5, 0.7], [0.6, 0.65]), ([3.0, 3.1, 2.9], [2.0, 2.2, 1.7])]
+        for _ in range(40):  # random pairs: a shared per-seed level (what pairing removes), an effect, noise
+            n = rng.randint(2, 12)
+            level = [rng.gauss(1.8, 0.01) for _ in range(n)]
+            effect, noise = rng.choice((0.0, 0.002, -0.01)), rng.choice((0.001, 0.004))
+            cases.append((level, [x + effect + rng.gauss(0, noise) for x in level]))
+        for base, arm in cases:
+            with self.subTest("paired %s vs %s" % (base, arm)):
+                r = study.paired([a - b for a, b in zip(arm, base)])
+                ref = stats.ttest_rel(arm, base)
+                ci = ref.confidence_interval(0.95)
+                self.assertAlmostEqual(r["p"], ref.pvalue, delta=1e-10)
+                self.assertEqual(r["df"], ref.df)
+                self.assertAlmostEqual(r["ci"][0], ci.low, delta=1e-9)
+                self.assertAlmostEqual(r["ci"][1], ci.high, delta=1e-9)
+
+    def test_power_against_noncentral_t(self):
+        from scipy import stats
+        for n in (2, 3, 5, 8, 20):
+            crit = stats.t.ppf(0.975, n - 1)
+            for effect in (0.0, 0.5, 1.0, 2.0):
+                ncp = effect * math.sqrt(n)
+                ref = stats.nct.sf(crit, n - 1, ncp) + stats.nct.cdf(-crit, n - 1, ncp)
+                with self.subTest("power, n %d, effect %g sd" % (n, effect)):
+                    self.assertAlmostEqual(study.paired_power(effect, n), ref, delta=1e-8)
+        for n in (3, 4, 5, 10, 30):  # (scipy's nct is not finite for n 2 at the effect it needs, 11.5 sd)
+            d = study.detectable_effect(n)
+            ncp, crit = d * math.sqrt(n), stats.t.ppf(0.975, n - 1)
+            with self.subTest("detectable effect for n %d: %g sd has 80%% power" % (n, d)):
+                self.assertAlmostEqual(stats.nct.sf(crit, n - 1, ncp) + stats.nct.cdf(-crit, n - 1, ncp), 0.8, delta=1e-7)
+        # the approximation (t_0.975 + t_0.8) / sqrt(n) is close but not it: 1.6625 against 1.6820 at n 5
+        self.assertAlmostEqual(study.detectable_effect(5), 1.681997, delta=1e-5)
+
+
+@needs_packages("scipy")
+class TestReport(xsatest.TempDirTest):
+    PREFIX = "xsa_study_report_"
+
+    def report_only(self, spec, *extra):
+        self.write("study.json", json.dumps(spec))
+        code, out = run(STUDY + [self.path("study.json"), "--out", self.path("out"), "--report-only"] + list(extra))
+        self.assertEqual(code, 0, out)
+        return xsatest.read(self.path("out", "report.md")).decode()
+
+    def test_paired_report_matches_scipy(self):
+        from scipy import stats
+        base = {1: 1.80, 2: 1.81, 3: 1.79, 4: 1.82}
+        diffs = {"xsa": {1: 0.004, 2: 0.006, 3: 0.001, 4: 0.005}, "half": {1: -0.002, 2: 0.001, 3: -0.003}}
+        for s, b in base.items():
+            write_run(self.path("out", "baseline", f"seed_{s}"), s, b)
+            write_run(self.path("out", "xsa", f"seed_{s}"), s, b + diffs["xsa"][s], alpha=1.0, loss_shift=0.01)
+            if s in diffs["half"]:
+                write_run(self.path("out", "half", f"seed_{s}"), s, b + diffs["half"][s], alpha=0.5)
+        report = self.report_only({"name": "t", "base": "", "arms": {"baseline": "", "xsa": "-x 1", "half": "-x 0.5"},
+                                   "seeds": [1, 2, 3, 4], "arm_seeds": {"half": [1, 2, 3]}})
+        primary = section(report, "Primary: final val bpb")
+        pvalues = {}
+        for arm in ("xsa", "half"):
+            seeds = sorted(diffs[arm])
+            ref = stats.ttest_rel([base[s] + diffs[arm][s] for s in seeds], [base[s] for s in seeds])
+            ci = ref.confidence_interval(0.95)
+            pvalues[arm] = ref.pvalue
+            cells = row(primary, arm)
+            mean = sum(diffs[arm].values()) / len(seeds)
+            worse = sum(d > 0 for d in diffs[arm].values())
+            with self.subTest("%s: the primary row is scipy's ttest_rel" % arm):
+                self.assertEqual(cells[1:2] + cells[4:6], [str(len(seeds)), "%+.4f" % mean, "[%+.4f, %+.4f]" % (ci.low, ci.high)], primary)
+                self.assertEqual(cells[7], "%.3g" % ref.pvalue)
+                self.assertEqual(cells[9], "worse %d / better %d of %d" % (worse, len(seeds) - worse, len(seeds)))
+            with self.subTest("%s: the per-seed differences" % arm):
+                for s in seeds:
+                    self.assertIn("%+.4f" % diffs[arm][s], row(primary, str(s)))
+        order = sorted(pvalues, key=pvalues.get)
+        holm = {order[0]: min(1, 2 * pvalues[order[0]])}
+        holm[order[1]] = max(holm[order[0]], pvalues[order[1]])
+        with self.subTest("the primary p Holm-adjusted over the 2 comparisons"):
+            self.assertIn("Holm p (2)", primary)
+            for arm in pvalues:
+                self.assertEqual(row(primary, arm)[8], "%.3g" % holm[arm])
+        with self.subTest("the power line: exact noncentral t, the detectable effect from the differences' sd"):
+            sd = stats.tstd(list(diffs["xsa"].values()))
+            self.assertIn("the smallest true difference detectable is %.4f" % (study.detectable_effect(4) * sd), primary)
+            self.assertIn("exact noncentral t", primary)
+        with self.subTest("secondary metrics paired, Holm within the arm; ms per step not among them"):
+            secondary = section(report, "Secondary metrics")
+            names = ["best val bpb (lower is better)", "train loss, last 10% of steps (lower is better)"]
+            ps = [float(row(secondary, "xsa", n)[6]) for n in names]
+            holms = [float(row(secondary, "xsa", n)[7]) for n in names]
+            for h, ref in zip(holms, study.holm(ps)):  # (from the report's rounded p-values: to their precision)
+                self.assertAlmostEqual(h, ref, delta=0.01 * ref)
+            # the same self weight in every seed: no spread, no test, not in the Holm family
+            self.assertEqual(row(secondary, "xsa", "self weight (mean over layers)")[6:8], ["n/a", "n/a"], secondary)
+            self.assertNotIn("ms per step", secondary)
+        with self.subTest("the unpaired Welch numbers, secondary"):
+            unpaired = section(report, "Per arm, unpaired")
+            ref = stats.ttest_ind([base[s] + diffs["xsa"][s] for s in base], list(base.values()), equal_var=False)
+            self.assertEqual(row(unpaired, "final val bpb", "xsa")[7], "%.3g" % ref.pvalue)
+        with self.subTest("the shared data order is named, and that the seeds do not vary it"):
+            self.assertIn("`data_seed` is 0 in every run", report)
+
+    def test_primary_named_by_the_study(self):
+        for s in (1, 2, 3):
+            write_run(self.path("out", "baseline", f"seed_{s}"), s, 1.8)
+            write_run(self.path("out", "xsa", f"seed_{s}"), s, 1.8, alpha=1.0, loss_shift=0.02 * s)
+        report = self.report_only({"name": "t", "base": "", "arms": {"baseline": "", "xsa": "-x 1"}, "seeds": [1, 2, 3],
+                                   "primary": "train_loss"})
+        self.assertIn("## Primary: train loss, last 10% of steps (lower is better), paired by seed", report)
+        self.assertIn("| xsa | final val bpb (lower is better) | 3 |", section(report, "Secondary metrics"))
+
+    def test_groups(self):
+        from scipy import stats
+        effect = {"d1": {1: 0.001, 2: 0.002, 3: 0.0}, "d3": {1: -0.004, 2: -0.006, 3: -0.003}}
+        for g, layers in (("d1", 1), ("d3", 3)):
+            for s in (1, 2, 3):
+                write_run(self.path("out", g, "baseline", f"seed_{s}"), s, 1.8 + 0.01 * s, layers=layers)
+                write_run(self.path("out", g, "xsa", f"seed_{s}"), s, 1.8 + 0.01 * s + effect[g][s], alpha=1.0, layers=layers)
+        report = self.report_only({"name": "t", "base": "", "arms": {"baseline": "", "xsa": "-x 1"}, "seeds": [1, 2, 3],
+                                   "groups": {"d1": "-d 1", "d3": "-d 3"}})
+        self.assertIn("Finished runs: d1: baseline 3/3, xsa 3/3; d3: baseline 3/3, xsa 3/3.", report)
+        depth = section(report, "Depth series")
+        for g, layers in (("d1", 1), ("d3", 3)):
+            ref = stats.ttest_rel([1.8 + 0.01 * s + effect[g][s] for s in (1, 2, 3)], [1.8 + 0.01 * s for s in (1, 2, 3)])
+            ci = ref.confidence_interval(0.95)
+            with self.subTest("group %s: its own section and its row of the depth series" % g):
+                self.assertIn("## Group %s (`-d %d`)" % (g, layers), report)
+                self.assertEqual(row(depth, "xsa", g)[2:6], [str(layers), "3", "%+.4f" % (sum(effect[g].values()) / 3),
+                                                             "[%+.4f, %+.4f]" % (ci.low, ci.high)])
+        with self.subTest("the change from the first group to the last: Welch on the per-seed differences"):
+            ref = stats.ttest_ind(list(effect["d3"].values()), list(effect["d1"].values()), equal_var=False)
+            self.assertIn("Welch p %.3g" % ref.pvalue, depth)
+        with self.subTest("the primary's Holm family: every group and arm"):
+            self.assertIn("Holm p (2)", report)
+
+    def test_committed_study(self):
+        """The committed CPU-scale study read paired: alpha 1 worse by +0.0045 bpb, 95% CI [+0.0005, +0.0086], p 0.036, 5 of 5 seeds."""
+        out = self.path("gcide_cpu")
+        shutil.copytree(COMMITTED, out, ignore=shutil.ignore_patterns("*.png", "*.md"))
+        code, text = run(STUDY + [os.path.join(xsatest.REPO, "dev", "studies", "gcide_cpu.json"), "--out", out, "--report-only"])
+        self.assertEqual(code, 0, text)
+        report = xsatest.read(os.path.join(out, "report.md")).decode()
+        cells = row(section(report, "Primary: final val bpb"), "xsa_1")
+        self.assertEqual(cells[1:], ["5", "1.8068", "1.8114", "+0.0045", "[+0.0005, +0.0086]", "+0.25%", "0.0356", "0.107",
+                                     "worse 5 / better 0 of 5"])
+        self.assertEqual(row(section(report, "Per arm, unpaired"), "final val bpb", "xsa_1")[5:], ["+0.0045", "[-0.0025, +0.0115]", "0.176"])
 
 
 @needs_packages("matplotlib")
 class TestStudyPlots(xsatest.TempDirTest):
     PREFIX = "xsa_study_plots_"
+
+    def check_pngs(self, out, sizes):
+        report = xsatest.read(os.path.join(out, "report.md")).decode()
+        for name, size in sizes.items():
+            with self.subTest("%s: a whole PNG of %dx%d pixels, linked from the report" % (name, *size)):
+                self.assertEqual(png_size(os.path.join(out, name)), size)
+                self.assertIn("![%s](%s)" % (name, name), report)
+        self.assertFalse([n for n in os.listdir(out) if n.endswith(".tmp")])
 
     def test_plots(self):
         self.write("study.json", json.dumps({"name": "t", "base": BASE, "arms": {"baseline": "", "xsa": "-x 1", "learn": "-x learn"},
@@ -55,21 +342,38 @@ class TestStudyPlots(xsatest.TempDirTest):
         with self.subTest("arm_seeds: the learnable arm ran seed 2 only; its learned alpha is a metric of the report"):
             self.assertEqual(out.count("study: starting"), 5, out)
             self.assertIn("Finished runs: baseline 2/2, xsa 2/2, learn 1/1", report)
-            self.assertRegex(report, r"## learned alpha \(mean over layers and heads\)\n\n.*\n.*\n\| baseline \| 0 \| n/a .*\n.*\n\| learn \| 1 \| -?0\.\d{4} ")
-        # figure size (inches) x 100 dpi, as plot_study draws them
-        for name, size in (("loss.png", (1200, 450)), ("val_bpb.png", (1200, 450)), ("diagnostics.png", (1500, 450)), ("alpha.png", (600, 450)),
-                           ("cost.png", (700, 450))):
-            with self.subTest("%s: a whole PNG of %dx%d pixels, linked from the report" % (name, *size)):
-                data = xsatest.read(self.path("out", name))
-                self.assertTrue(data[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", data[16:24]) == size, name)
-                self.assertIn("![%s](%s)" % (name, name), xsatest.read(self.path("out", "report.md")).decode())
+            self.assertRegex(report, r"\| learned alpha \(mean over layers and heads\) \| learn \| 1 \| -?0\.\d{4} \|")
+        # figure size (inches) x 100 dpi, as plot_study draws them; no cost.png on a machine not said to be idle
+        self.check_pngs(self.path("out"), {"primary.png": (1200, 450), "loss.png": (1200, 450), "loss_diff.png": (1000, 450),
+                                           "val_bpb.png": (1200, 450), "diagnostics.png": (1310, 750), "alpha.png": (600, 450)})
+        self.assertFalse(os.path.exists(self.path("out", "cost.png")))
+        code, out = run(STUDY + [self.path("study.json"), "--out", self.path("out"), "--report-only", "--idle-machine"])
+        with self.subTest("--idle-machine: the step time is compared, and cost.png drawn"):
+            self.assertEqual(code, 0, out)
+            self.check_pngs(self.path("out"), {"cost.png": (700, 450)})
+            self.assertIn("| xsa | ms per step (median) (lower is better) | 2 |", xsatest.read(self.path("out", "report.md")).decode())
+
+    def test_group_plots(self):
+        for g, layers in (("small", 1), ("big", 3)):
+            for s in (1, 2):
+                write_run(self.path("out", g, "baseline", f"seed_{s}"), s, 1.8 + 0.01 * s, layers=layers)
+                write_run(self.path("out", g, "learn", f"seed_{s}"), s, 1.8 + 0.01 * s - 0.001 * layers, alpha=0.1, learnable=True, layers=layers)
+        self.write("study.json", json.dumps({"name": "t", "base": "", "arms": {"baseline": "", "learn": "-x learn"}, "seeds": [1, 2],
+                                             "groups": {"small": "-d 1", "big": "-d 3"}}))
+        code, out = run(STUDY + [self.path("study.json"), "--out", self.path("out"), "--report-only"])
+        self.assertEqual(code, 0, out)
+        sizes = {"primary.png": (1200, 900), "depth.png": (750, 450)}
+        for g in ("small", "big"):
+            sizes.update({f"loss_{g}.png": (1200, 450), f"loss_diff_{g}.png": (1000, 450), f"val_bpb_{g}.png": (1200, 450),
+                          f"diagnostics_{g}.png": (890, 750), f"alpha_{g}.png": (600, 450)})
+        self.check_pngs(self.path("out"), sizes)
 
 
 class TestRunner(xsatest.TempDirTest):
     PREFIX = "xsa_study_"
 
-    def study_file(self, arms, base=BASE, seeds=(1, 2)):
-        self.write("study.json", json.dumps({"name": "t", "base": base, "arms": arms, "seeds": list(seeds)}))
+    def study_file(self, arms, base=BASE, seeds=(1, 2), **extra):
+        self.write("study.json", json.dumps({"name": "t", "base": base, "arms": arms, "seeds": list(seeds), **extra}))
         return self.path("study.json")
 
     def run_study(self, *extra):
@@ -90,11 +394,12 @@ class TestRunner(xsatest.TempDirTest):
         with self.subTest("rerun: only the missing run runs"):
             self.assertTrue(code == 0 and out.count("study: starting") == 1 and "starting xsa seed 2" in out, out)
         report = xsatest.read(self.path("out", "report.md")).decode()
-        with self.subTest("the report: every metric, n per arm, a CI and a p-value for xsa"):
+        with self.subTest("the report: the paired primary with a CI and a p-value, the secondary metrics, the unpaired table"):
             self.assertIn("Finished runs: baseline 2/2, xsa 2/2", report)
-            rows = [l for l in report.splitlines() if l.startswith("| xsa | 2 |")]
-            self.assertEqual(len(rows), 5, report)  # no CORE here (--core-every -1): 5 of the 6 metrics
-            self.assertTrue(all(l.count("[") == 1 for l in rows[:4]), report)
+            self.assertEqual(row(section(report, "Primary: final val bpb"), "xsa")[1], "2")
+            self.assertEqual(row(section(report, "Primary: final val bpb"), "xsa")[5].count("["), 1, report)
+            secondary = [l for l in section(report, "Secondary metrics").splitlines() if l.startswith("| xsa |")]
+            self.assertEqual(len(secondary), 5, report)  # best val bpb, train loss, 3 diagnostics; no CORE (--core-every -1)
         # an interrupted run: the state a SIGTERM after step 3 leaves (the step-3 checkpoint, metrics up to it)
         d = self.path("out", "xsa", "seed_2")
         full = self.losses(d)
@@ -109,6 +414,26 @@ class TestRunner(xsatest.TempDirTest):
             self.assertTrue(code == 0 and len(runs) == 1 and "study: resuming xsa seed 2" in runs[0], out)   # whose number depends on matplotlib)
             self.assertEqual(self.losses(d), full)
         code, out = self.run_study("--report-only")
+        self.assertTrue(code == 0 and "study: starting" not in out, out)
+
+    def test_groups(self):
+        # (3 steps, not 6: four runs of a test that needs no resume)
+        self.study_file({"baseline": "", "xsa": "-x 1"}, base=BASE.replace("-d 1 ", "").replace("-n 6", "-n 3"), seeds=(1,),
+                        groups={"g1": "-d 1", "g2": "-d 2"})
+        code, out = self.run_study()
+        starts = [l.split(":")[1].strip() for l in out.splitlines() if l.startswith("study: starting")]
+        with self.subTest("groups: every arm x seed at each group's flags, seed by seed, into DIR/GROUP/ARM/seed_S"):
+            self.assertEqual(code, 0, out)
+            self.assertEqual(starts, ["starting g1/baseline seed 1", "starting g1/xsa seed 1", "starting g2/baseline seed 1",
+                                      "starting g2/xsa seed 1"])
+            for g, layers in (("g1", 1), ("g2", 2)):
+                for arm in ("baseline", "xsa"):
+                    self.assertEqual(xsatest.jsonl(self.path("out", g, arm, "seed_1", "metrics.jsonl"))[0]["model"]["n_layer"], layers)
+        report = xsatest.read(self.path("out", "report.md")).decode()
+        with self.subTest("the report: a section per group and the depth series (one seed: no interval)"):
+            self.assertTrue("## Group g1 (`-d 1`)" in report and "## Group g2 (`-d 2`)" in report, report)
+            self.assertEqual(row(section(report, "Depth series"), "xsa", "g2")[2:4], ["2", "1"], report)
+        code, out = self.run_study()
         self.assertTrue(code == 0 and "study: starting" not in out, out)
 
     def test_concurrent(self):
@@ -143,9 +468,9 @@ class TestRunner(xsatest.TempDirTest):
                             os.path.exists(self.path("out", "xsa", "seed_1", "sft", "ckpt_000003.safetensors")), out)
         report = xsatest.read(self.path("out", "report.md")).decode()
         with self.subTest("the report has the SFT val bpb and ChatCORE of every arm"):
+            unpaired = section(report, "Per arm, unpaired")
             for metric in ("SFT val bpb", "ChatCORE"):
-                section = report.split("## " + metric + "\n", 1)[-1].split("\n## ", 1)[0]
-                self.assertTrue("| baseline | 1 |" in section and "| xsa | 1 |" in section, report)
+                self.assertTrue(row(unpaired, metric, "baseline")[2] == "1" and row(unpaired, metric, "xsa")[2] == "1", report)
         code, out = self.run_study()
         with self.subTest("rerun: nothing left to run"):
             self.assertTrue(code == 0 and "study: starting" not in out and "study: resuming" not in out, out)
@@ -165,8 +490,16 @@ class TestRunner(xsatest.TempDirTest):
         check_one_error(self, STUDY + [self.path("study.json")], "arm 'longer' sets -n; arms may set only", anywhere=True)
         self.study_file({"baseline": ""}, base=BASE + " --seed 3")
         check_one_error(self, STUDY + [self.path("study.json")], "'base' sets --seed", anywhere=True)
-        self.write("bad.json", json.dumps({"name": "t", "base": BASE, "arms": {"baseline": ""}, "seeds": [1], "arm_seeds": {"baseline": [2]}}))
-        check_one_error(self, STUDY + [self.path("bad.json")], "'arm_seeds' of 'baseline' must be distinct seeds taken from 'seeds' [1]", anywhere=True)
+        refusals = [({"arm_seeds": {"baseline": [2]}, "seeds": [1]}, "'arm_seeds' of 'baseline' must be distinct seeds taken from 'seeds' [1]"),
+                    ({"groups": {"d2": "-d 2 -x 1"}}, "group 'd2' sets -x, an arm's flag"),
+                    ({"groups": {"d2": "-d 2 --seed=4"}}, "group 'd2' sets --seed; the runner sets"),
+                    ({"groups": {"a/b": "-d 2"}}, "group 'a/b' must be a name of letters"),
+                    ({"groups": {}}, "'groups' must be a non-empty object"),
+                    ({"primary": "loss"}, "'primary' must be one of val_bpb, best_val_bpb, train_loss, core, cos_zv"),
+                    ({"primary": "chatcore"}, "'primary' must be one of")]
+        for extra, expect in refusals:
+            self.write("bad.json", json.dumps({"name": "t", "base": BASE, "arms": {"baseline": ""}, "seeds": [1, 2], **extra}))
+            check_one_error(self, STUDY + [self.path("bad.json")], expect, anywhere=True)
         self.write("bad.json", "{not json")
         check_one_error(self, STUDY + [self.path("bad.json")], "cannot read the study file", anywhere=True)
         # runs of one seed that differ in more than their arms set: a run line edited after the fact
@@ -182,6 +515,11 @@ class TestRunner(xsatest.TempDirTest):
             f.writelines([json.dumps(first) + "\n"] + lines[1:])
         check_one_error(self, STUDY + [self.path("study.json"), "--out", self.path("out"), "--report-only"],
                         "seed 1: baseline and xsa differ in total_batch (128 vs 256), which their arms do not set", anywhere=True)
+        first["total_batch"], first["data_seed"] = 128, 5  # a data order of its own: not a pair
+        with open(path, "w") as f:
+            f.writelines([json.dumps(first) + "\n"] + lines[1:])
+        check_one_error(self, STUDY + [self.path("study.json"), "--out", self.path("out"), "--report-only"],
+                        "seed 1: baseline and xsa differ in data_seed (0 vs 5)", anywhere=True)
 
 
 if __name__ == "__main__":
