@@ -418,17 +418,19 @@ class TestRunner(xsatest.TempDirTest):
 
     def test_groups(self):
         # (3 steps, not 6: four runs of a test that needs no resume)
-        self.study_file({"baseline": "", "xsa": "-x 1"}, base=BASE.replace("-d 1 ", "").replace("-n 6", "-n 3"), seeds=(1,),
-                        groups={"g1": "-d 1", "g2": "-d 2"})
+        self.study_file({"baseline": "", "xsa": "-x 1"}, base=BASE.replace("-d 1 ", "").replace("-n 6", "-n 3"), seeds=(7,),
+                        groups={"g1": "-d 1", "g2": "-d 2"}, vary_data_order=True)
         code, out = self.run_study()
         starts = [l.split(":")[1].strip() for l in out.splitlines() if l.startswith("study: starting")]
         with self.subTest("groups: every arm x seed at each group's flags, seed by seed, into DIR/GROUP/ARM/seed_S"):
             self.assertEqual(code, 0, out)
-            self.assertEqual(starts, ["starting g1/baseline seed 1", "starting g1/xsa seed 1", "starting g2/baseline seed 1",
-                                      "starting g2/xsa seed 1"])
+            self.assertEqual(starts, ["starting g1/baseline seed 7", "starting g1/xsa seed 7", "starting g2/baseline seed 7",
+                                      "starting g2/xsa seed 7"])
             for g, layers in (("g1", 1), ("g2", 2)):
                 for arm in ("baseline", "xsa"):
-                    self.assertEqual(xsatest.jsonl(self.path("out", g, arm, "seed_1", "metrics.jsonl"))[0]["model"]["n_layer"], layers)
+                    run_line = xsatest.jsonl(self.path("out", g, arm, "seed_7", "metrics.jsonl"))[0]
+                    self.assertEqual(run_line["model"]["n_layer"], layers)
+                    self.assertEqual((run_line["seed"], run_line["data_seed"]), (7, 7))  # "vary_data_order": --data-seed S with --seed S
         report = xsatest.read(self.path("out", "report.md")).decode()
         with self.subTest("the report: a section per group and the depth series (one seed: no interval)"):
             self.assertTrue("## Group g1 (`-d 1`)" in report and "## Group g2 (`-d 2`)" in report, report)
