@@ -16,12 +16,16 @@ The study file (JSON; examples in dev/studies/):
      "concurrent": 8, "gpus_per_run": 1,                # optional: 8 runs side by side, one GPU each (default 1 at a time,
                                                         # every GPU; for one run on all GPUs put --ranks N in "base")
      "note": "optional: what the study is for and how to prepare its data (the report's first paragraph)",
-     "sft": "--sft DIR ..."}                            # optional: SFT (+ ChatCORE) of every finished run
+     "sft": "--sft DIR ...",                            # optional: SFT (+ ChatCORE) of every finished run
+     "core_final": "-c DIR"}                            # optional: full CORE of every finished run (eval_core, all items)
 Runs go to DIR/ARM/seed_S (DIR defaults to dev/studies/out/NAME); in a study with "groups", to
 DIR/GROUP/ARM/seed_S, each run with the flags base + GROUP's + ARM's. With "sft", each finished run is then
 fine-tuned from its last checkpoint by `chat_sft SFT_FLAGS --init-from ... -o RUN_DIR/sft` (chat_sft beside the
 trainer; dev/docs/chat.md#sft-and-chatcore; ~ in the flags is the home directory), and the report gains its
-val bpb and ChatCORE. A run whose metrics.jsonl has its last evaluation is complete and skipped; a run with a
+val bpb and ChatCORE. With "core_final", each finished run's last checkpoint is then scored on every item of the
+CORE task files in DIR by eval_core (beside the trainer: eval_core for train_gpt_cpu, else eval_core_cuda), as
+nanochat's base_eval does after training (the trainer's CORE during a run takes nanochat's 500 items per task),
+into RUN_DIR/core_final.csv; the report gains "CORE, all items". A run whose metrics.jsonl has its last evaluation is complete and skipped; a run with a
 checkpoint resumes from it (so give the base flags a --save-every); any other run directory is started
 afresh. So a study survives pre-emption (a SIGINT or SIGTERM reaches the running train_gpt, which
 checkpoints; rerun the same command) and grows with more seeds. Runs go seed by seed (every group and arm of
@@ -95,6 +99,7 @@ METRICS = [("val_bpb", "final val bpb", "lower"),
            ("best_val_bpb", "best val bpb", "lower"),
            ("train_loss", "train loss, last 10% of steps", "lower"),
            ("core", "CORE", "higher"),
+           ("core_final", "CORE, all items (eval_core after the run)", "higher"),
            ("sft_val_bpb", "SFT val bpb", "lower"),
            ("chatcore", "ChatCORE", "higher"),
            ("cos_zv", "cos(z, v) after XSA (mean over layers)", None),
@@ -315,6 +320,10 @@ def load_study(path):
         choices = [k for k, _, _ in METRICS if k not in NOT_PRIMARY and ("sft" in study or k not in ("sft_val_bpb", "chatcore"))]
         if study["primary"] not in choices:
             raise StudyError(f"'{path}': 'primary' must be one of {', '.join(choices)} (the default: val_bpb)")
+    if "core_final" in study:
+        words = shlex.split(study["core_final"]) if isinstance(study["core_final"], str) else []
+        if "-c" not in words or any(w in ("-e", "-o") for w in words):
+            raise StudyError(f"'{path}': 'core_final' must be a string of eval_core flags with -c DIR (the runner sets -e and -o)")
     if "sft" in study:
         words = shlex.split(study["sft"]) if isinstance(study["sft"], str) else []
         if "--sft" not in [w.split("=", 1)[0] for w in words]:
@@ -400,6 +409,34 @@ def start_run(binary, study, group, arm, seed, run_dir, slot):
     os.makedirs(os.path.dirname(run_dir), exist_ok=True)
     log = open(os.path.join(os.path.dirname(run_dir), "sft.log" if sft else f"seed_{seed}.log"), "a")
     return subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env), log
+
+
+def core_final_binary(binary):
+    """eval_core beside the trainer, built for the same backend."""
+    return os.path.join(os.path.dirname(binary), "eval_core" if os.path.basename(binary).endswith("_cpu") else "eval_core_cuda")
+
+
+def core_final(binary, study, run_dir):
+    """Full CORE of a finished run (study key "core_final"): eval_core on its last checkpoint into
+    RUN_DIR/core_final.csv (written atomically by eval_core, so a file there is complete)."""
+    csv = os.path.join(run_dir, "core_final.csv")
+    argv = ([core_final_binary(binary), "-e", last_checkpoint(run_dir)] + [os.path.expanduser(w) for w in shlex.split(study["core_final"])] +
+            ["-o", csv])
+    print(f"study: full CORE of {run_dir}: {shlex.join(argv)}", flush=True)
+    with open(os.path.join(run_dir, "core_final.log"), "w") as log:
+        code = subprocess.run(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT).returncode
+    if code != 0:
+        raise StudyError(f"eval_core failed on {run_dir} (exit {code}); its output is in {os.path.join(run_dir, 'core_final.log')}")
+
+
+def read_core_final(run_dir):
+    """The CORE row of RUN_DIR/core_final.csv, or None."""
+    try:
+        with open(os.path.join(run_dir, "core_final.csv")) as f:
+            rows = [line.rstrip("\n").split(",") for line in f]
+    except OSError:
+        return None
+    return next((float(r[-1]) for r in rows if r and r[0] == "CORE"), None)
 
 
 def run_all(binary, study, todo, max_runs):
@@ -496,6 +533,7 @@ def run_metrics(r, with_sft=False):
               "best_val_bpb": min(e["val_bpb"] for e in r["eval"].values()) if r["eval"] else None,
               "train_loss": statistics.fmean(r["train"][s]["loss"] for s in tail) if tail else None,
               "core": r["core"][max(r["core"])]["core"] if r["core"] else None,
+              "core_final": r.get("core_final"),
               "cos_zv": statistics.fmean(diag["cos_zv"]) if diag else None,
               "cos_yv": statistics.fmean(diag["cos_yv"]) if diag else None,
               "self_weight": statistics.fmean(diag["self_weight"]) if diag else None,
@@ -1070,6 +1108,9 @@ def main(argv=None):
         sft_binary = os.path.join(os.path.dirname(binary), "chat_sft")
         if not args.report_only and "sft" in study and not os.access(sft_binary, os.X_OK):
             raise StudyError(f"the study has an SFT stage: '{sft_binary}' (beside the trainer) must be built (make chat_sft)")
+        if not args.report_only and "core_final" in study and not os.access(core_final_binary(binary), os.X_OK):
+            raise StudyError(f"the study has a full CORE stage: '{core_final_binary(binary)}' (beside the trainer) must be built "
+                             f"(make {os.path.basename(core_final_binary(binary))})")
         # seed-major: every group and arm of a seed before the next seed, so a partial study stays paired
         todo = [(g, arm, seed, run_dir_of(out_dir, g, arm, seed)) for seed in study["seeds"] for g, _ in groups_of(study)
                 for arm in study["arms"] if seed in seeds_of(study, arm)]
@@ -1079,11 +1120,16 @@ def main(argv=None):
                 sft_todo = [(g, arm, seed, os.path.join(d, "sft")) for g, arm, seed, d in todo
                             if run_state(d) == "done" and run_state(os.path.join(d, "sft")) != "done"]
                 run_all(binary, study, sft_todo, args.max_runs - started if args.max_runs >= 0 else -1)
+            if "core_final" in study:  # every finished run without its full CORE (the runs have stopped: no GPU is shared)
+                for g, arm, seed, d in todo:
+                    if run_state(d) == "done" and read_core_final(d) is None:
+                        core_final(binary, study, d)
         os.makedirs(out_dir, exist_ok=True)  # (a study whose first sitting ran nothing: --max-runs 0)
         runs = {g: {arm: {} for arm in study["arms"]} for g, _ in groups_of(study)}
         for g, arm, seed, run_dir in todo:
             if run_state(run_dir) == "done":
                 runs[g][arm][seed] = load_run(run_dir)
+                runs[g][arm][seed]["core_final"] = read_core_final(run_dir)
                 if run_state(os.path.join(run_dir, "sft")) == "done":
                     runs[g][arm][seed]["sft"] = load_run(os.path.join(run_dir, "sft"))
         unchecked = {g: s for g, _ in groups_of(study) if (s := check_matched(study, runs[g], g))}

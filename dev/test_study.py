@@ -438,6 +438,19 @@ class TestRunner(xsatest.TempDirTest):
         code, out = self.run_study()
         self.assertTrue(code == 0 and "study: starting" not in out, out)
 
+    def test_core_final(self):
+        self.study_file({"baseline": "", "xsa": "-x 1"}, seeds=(1,), core_final="-c dev/data/core_tasks")
+        code, out = self.run_study()
+        with self.subTest("core_final: eval_core on every finished run's last checkpoint into core_final.csv, in the report"):
+            self.assertEqual(code, 0, out)
+            self.assertEqual(out.count("study: full CORE of"), 2, out)
+            for arm in ("baseline", "xsa"):
+                csv = xsatest.read(self.path("out", arm, "seed_1", "core_final.csv")).decode()
+                self.assertTrue(csv.startswith("label,type,items,") and "\nCORE,,,,," in csv, csv)
+            self.assertIn("CORE, all items", xsatest.read(self.path("out", "report.md")).decode())
+        code, out = self.run_study()
+        self.assertTrue(code == 0 and "study: full CORE of" not in out, out)
+
     def test_concurrent(self):
         self.study_file({"baseline": "", "xsa": "-x 1"}, seeds=(1,))
         code, out = self.run_study()
@@ -495,9 +508,10 @@ class TestRunner(xsatest.TempDirTest):
         refusals = [({"arm_seeds": {"baseline": [2]}, "seeds": [1]}, "'arm_seeds' of 'baseline' must be distinct seeds taken from 'seeds' [1]"),
                     ({"groups": {"d2": "-d 2 -x 1"}}, "group 'd2' sets -x, an arm's flag"),
                     ({"groups": {"d2": "-d 2 --seed=4"}}, "group 'd2' sets --seed; the runner sets"),
+                    ({"core_final": "--max 5"}, "'core_final' must be a string of eval_core flags with -c DIR"),
                     ({"groups": {"a/b": "-d 2"}}, "group 'a/b' must be a name of letters"),
                     ({"groups": {}}, "'groups' must be a non-empty object"),
-                    ({"primary": "loss"}, "'primary' must be one of val_bpb, best_val_bpb, train_loss, core, cos_zv"),
+                    ({"primary": "loss"}, "'primary' must be one of val_bpb, best_val_bpb, train_loss, core, core_final, cos_zv"),
                     ({"primary": "chatcore"}, "'primary' must be one of")]
         for extra, expect in refusals:
             self.write("bad.json", json.dumps({"name": "t", "base": BASE, "arms": {"baseline": ""}, "seeds": [1, 2], **extra}))
