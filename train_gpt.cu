@@ -1926,6 +1926,8 @@ struct Run {
     std::vector<double> step_ms;  // every timed step (not the first of a process: it pays for page faults)
     std::vector<double> optimizer_ms;  // the optimizer's part of each (StepResult::optimizer_ms)
     double start_ms = 0.0;        // when this process started training (the elapsed time in the step lines)
+    double estimate_step_ms = 0.0;  // run_estimate's, until steps are timed (what a stop request says it waits for)
+    std::string last_checkpoint;    // the latest checkpoint of the run, "" if none yet
 };
 
 // The first line of DIR/metrics.jsonl: what was run (model, optimizer, batch, data, seed, device), so a
@@ -2036,6 +2038,9 @@ static void run_open_metrics(Run<Loader>* run) {
     if (run->out_dir.empty() || g_ranks.rank != 0) return;
     lock_run_dir(run->out_dir);
     const std::string path = run->out_dir + "/metrics.jsonl";
+    if (run->args.overwrite)  // under the lock, before this run writes anything (check_outputs refused them otherwise)
+        for (const std::string& f : run_files(run->out_dir))
+            if (unlink(f.c_str()) != 0 && errno != ENOENT) fail("--overwrite: cannot delete '%s': %s", f.c_str(), strerror(errno));
     if (run->args.resume_dir.empty()) {
         metrics_open(&run->metrics, path, false);
         metrics_write(&run->metrics, run_line(*run));
@@ -2063,6 +2068,7 @@ static void run_setup_model(Run<DataLoader>* run) {
         if (ckpt.empty()) fail("--resume: no checkpoint ckpt_*.safetensors in '%s'", a.resume_dir.c_str());
         load_checkpoint(ckpt, &run->model, &run->opt, &run->train, &run->loop, a.allow_other_data);
         printf("resumed from %s at step %d\n", ckpt.c_str(), run->loop.step);
+        run->last_checkpoint = ckpt;
         if (run->loop.step > run->num_steps) fail("'%s' is at step %d, past the %d steps of this run", ckpt.c_str(), run->loop.step, run->num_steps);
     } else if (!a.init_from.empty()) {
         SafetensorsFile file = safetensors_read(a.init_from);
@@ -2109,6 +2115,7 @@ static void run_estimate(Run<Loader>* run) {
     int evals = 0;  // the bpb evaluations still to run: every `every` steps and at the last
     for (int step = first; step <= n; step++) evals += step == n || step % every == 0;
     const double step_s = run->accum * micro_ms / 1000.0, train_s = (n - first) * step_s;
+    run->estimate_step_ms = 1000.0 * step_s;
     const double eval_s = evals * ceil((double)run->eval_steps / g_ranks.world) * micro_ms / 3000.0;
     auto duration = [](double sec) {
         char buf[32];
@@ -2232,30 +2239,29 @@ static void run_checkpoint(Run<Loader>* run) {
     save_checkpoint(path, &run->model, &run->opt, &run->train, run->loop);
     metrics_sync(&run->metrics);
     printf("checkpoint %s\n", path.c_str());
+    run->last_checkpoint = path;
     if (run->args.keep_checkpoints > 0 && g_ranks.rank == 0) remove_old_checkpoints(run->out_dir, run->args.keep_checkpoints);
 }
 
-// The end of a run stopped by SIGINT or SIGTERM, after a step: a checkpoint (with -o), one line saying
+// The end of a run stopped by SIGINT or SIGTERM, after a step: a checkpoint (there is -o: without, nothing to save), one line saying
 // where it stopped and how to go on, and the exit code of the signal (130, 143).
 template <typename Loader>
 [[noreturn]] static void run_stop(Run<Loader>* run, int sig) {
+    // (only with -o: without, there is nothing to save and the request ended the run at once, on_stop_signal)
     run->loop.evals_done = false;  // the evaluations of this step are still to run, on resume
-    std::string saved = "nothing saved (no -o)";
-    if (!run->out_dir.empty()) {
-        run_checkpoint(run);
-        std::string resume = run->argv[0];  // the same command, its output directory given as --resume
-        for (size_t i = 1; i < run->argv.size(); i++) {
-            const std::string& w = run->argv[i];
-            if (w == "-o" || w == "--output" || w == "--resume") {
-                i++;
-                continue;
-            }
-            if (w.rfind("--output=", 0) == 0 || w.rfind("--resume=", 0) == 0) continue;
-            resume += " " + (w.find_first_of(" '\"$*?") == std::string::npos ? w : "'" + w + "'");
+    run_checkpoint(run);
+    std::string resume = run->argv[0];  // the same command, its output directory given as --resume
+    for (size_t i = 1; i < run->argv.size(); i++) {
+        const std::string& w = run->argv[i];
+        if (w == "-o" || w == "--output" || w == "--resume" || w == "--overwrite") {
+            i++;
+            continue;
         }
-        saved = std::string("resume with: ") + (g_ranks.launched ? "(every rank, started as this one was) " : "") + resume + " --resume " +
-                run->out_dir;
+        if (w.rfind("--output=", 0) == 0 || w.rfind("--resume=", 0) == 0) continue;
+        resume += " " + (w.find_first_of(" '\"$*?") == std::string::npos ? w : "'" + w + "'");
     }
+    const std::string saved = std::string("resume with: ") + (g_ranks.launched ? "(every rank, started as this one was) " : "") + resume +
+                              " --resume " + run->out_dir;
     metrics_close(&run->metrics);
     if (g_ranks.rank == 0) printf("stopped by %s after step %d/%d; %s\n", sig == SIGINT ? "SIGINT" : "SIGTERM", run->loop.step, run->num_steps, saved.c_str());
     exit(128 + sig);
@@ -2301,6 +2307,21 @@ static void run_begin(Run<Loader>* run, int argc, char** argv) {
     g_progress_every_ms = a.progress_every * 1000.0;
 }
 
+// What a stop request prints at once (on_stop_signal), before step `step`: with -o, the run finishes that step and
+// writes a checkpoint; without, there is nothing to save and the request ends the run at once.
+template <typename Loader>
+static void run_stop_texts(Run<Loader>* run, int step) {
+    if (run->out_dir.empty()) return;  // g_stop_at_once stays set
+    const double ms = run->step_ms.empty() ? run->estimate_step_ms : run->loop.train_ms / run->step_ms.size();
+    char about[64] = "";
+    if (ms > 0) snprintf(about, sizeof about, ", about %.0f s", ms / 1000.0);
+    stop_texts_set("stop requested: finishing step " + std::to_string(step + 1) + " of " + std::to_string(run->num_steps) + about +
+                       ", then a checkpoint into " + run->out_dir + "; stop again (a second or more later) to end at once",
+                   "stopped at once during step " + std::to_string(step + 1) + "; " +
+                       (run->last_checkpoint.empty() ? "no checkpoint was written yet" : "the last checkpoint, " + run->last_checkpoint + ", is intact"));
+    g_stop_at_once = 0;
+}
+
 // The run, once set up: the estimate, then the loop of evaluations, samples, checkpoints and steps, then the
 // end. evaluate_more(step, last): the program's own evaluations after the shared ones (chat_sft: ChatCORE).
 template <typename Loader, typename Evaluate>
@@ -2327,6 +2348,7 @@ static void run_train(Run<Loader>* run, Evaluate evaluate_more) {
             if (step > 0 && !run->out_dir.empty() && due(a.save_every)) run_checkpoint(run);
         }
         if (last) break;
+        run_stop_texts(run, step);
         run_train_step(run, step, step == first_step);
         if (const int sig = stop_requested()) run_stop(run, sig);
     }

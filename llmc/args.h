@@ -14,6 +14,7 @@ static const char* const RUN_USAGE =
         "  --keep-checkpoints K   keep only the K latest checkpoints, deleting older ones once a newer one is\n"
         "                         written (default -1: keep all; a d24 checkpoint is tens of GB)\n"
         "  --resume DIR           continue from the latest checkpoint in DIR, bit-identically (same flags)\n"
+        "  --overwrite 0|1        with -o DIR: delete the files of an earlier run in DIR first (default 0: refused)\n"
         "  --export-safetensors FILE  write the final weights as safetensors (nanochat names, fp32)\n"
         "Distributed\n"
         "  --ranks N              data parallel over N ranks: N GPUs (CUDA, with NCCL) or N processes (CPU);\n"
@@ -76,6 +77,7 @@ struct Args {
     std::string tokenizer_path = "dev/data/devil/tokenizer.bin";
     std::string output_dir, resume_dir, init_from, export_path;
     bool allow_other_data = false;
+    bool overwrite = false;  // --overwrite: -o DIR may hold an earlier run's files, deleted before this run writes
     int batch = -1;  // -1: default_batch
     int steps = -1;
     uint64_t seed = 42;
@@ -177,6 +179,7 @@ static bool parse_run_flag(Args* args, const std::string& flag, const char* valu
     else if (flag == "--keep-checkpoints") args->keep_checkpoints = parse_int32(f, value);
     else if (flag == "--resume") args->resume_dir = value;
     else if (flag == "--allow-other-data") args->allow_other_data = parse_bool(f, value);
+    else if (flag == "--overwrite") args->overwrite = parse_bool(f, value);
     else if (flag == "--init-from") args->init_from = value;
     else if (flag == "--export-safetensors") args->export_path = value;
     else if (flag == "--ranks") args->ranks = parse_int32(f, value);
@@ -203,7 +206,33 @@ static void check_run_args(const Args& args) {
 
 // Before any work: creates the output directory (-o), and checks that a weights file goes into an existing
 // directory, not onto a directory.
+// The files a run writes into its directory: metrics.jsonl, checkpoints (and a .tmp a crash left), the CORE and
+// ChatCORE tables. Another run's in -o DIR would mix with this one's (and "--resume DIR" would take the old
+// checkpoint), so check_outputs refuses them unless --overwrite, and run_open_metrics deletes them then.
+static std::vector<std::string> run_files(const std::string& dir) {
+    std::vector<std::string> files;
+    for (const char* pattern : {"/metrics.jsonl", "/ckpt_*.safetensors", "/ckpt_*.safetensors.tmp", "/core_*.csv", "/chatcore_*.csv"})
+        for (const std::string& f : matching_files(dir + pattern)) files.push_back(f);
+    return files;
+}
+
 static void check_outputs(const Args& a) {
+    if (!a.resume_dir.empty()) {  // at once, before any set-up
+        struct stat st;
+        if (stat(a.resume_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) fail("--resume: '%s' is not a directory", a.resume_dir.c_str());
+        if (matching_files(a.resume_dir + "/ckpt_*.safetensors").empty())
+            fail("--resume: no checkpoint ckpt_*.safetensors in '%s' (start a run with -o, and --save-every for checkpoints before the end)",
+                 a.resume_dir.c_str());
+        if (a.overwrite) fail("--overwrite 1 goes with -o DIR (a new run); --resume continues the run in '%s'", a.resume_dir.c_str());
+    }
+    if (!a.output_dir.empty() && !a.overwrite) {
+        const std::vector<std::string> old = run_files(a.output_dir);
+        if (!old.empty())
+            fail("'%s' holds another run's files (%s%s%s): continue it with --resume %s, or start over with --overwrite 1 (deletes them), "
+                 "or choose another -o", a.output_dir.c_str(), old[0].c_str(), old.size() > 1 ? ", " : "",
+                 old.size() > 1 ? (old.size() == 2 ? old[1] : old[1] + " and " + std::to_string(old.size() - 2) + " more").c_str() : "",
+                 a.output_dir.c_str());
+    }
     const std::string& out = !a.output_dir.empty() ? a.output_dir : a.resume_dir;
     if (!out.empty() && mkdir(out.c_str(), 0755) != 0 && errno != EEXIST) fail("cannot create '%s': %s", out.c_str(), strerror(errno));
     if (a.export_path.empty()) return;

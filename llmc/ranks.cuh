@@ -638,17 +638,52 @@ static inline std::vector<std::vector<int64_t>> ranks_gather(const std::vector<i
 // step, with a checkpoint (run_train's loop, run_stop). A second request, a second or more after the first,
 // ends the process at once: the handler restores the default action and raises the signal again. (Two
 // copies of one request, e.g. from the terminal and from the --ranks supervisor, arrive together.)
+// The request is answered at once, on rank 0's stderr, with what will happen: g_stop_text, kept current by the
+// training loop (stop_texts_set). Where there is nothing to save (no -o, or before the first step) the first
+// request ends the run at once (exit code 128 + the signal, as run_stop's).
 static volatile sig_atomic_t g_stop_signal = 0;
 static volatile long g_stop_at_ms = 0;
+static volatile sig_atomic_t g_stop_at_once = 1;  // until the training loop says there is something to save
+// [text][buffer]: what the first and the second request print; two buffers and the current one's index,
+// since the handler may run while the loop writes the other
+static char g_stop_text[2][2][512];
+static volatile sig_atomic_t g_stop_text_current = -1;  // -1: none yet
+
+static void stop_write(const char* text) {
+    if (g_ranks.rank != 0) return;
+    size_t n = 0;
+    while (text[n]) n++;
+    while (n > 0) {
+        const ssize_t w = write(2, text, n);
+        if (w <= 0) return;
+        text += w;
+        n -= (size_t)w;
+    }
+}
+
+// What a first and a second stop request will print from now on (rank 0)
+static void stop_texts_set(const std::string& first, const std::string& second) {
+    const int next = g_stop_text_current == 0 ? 1 : 0;
+    snprintf(g_stop_text[0][next], sizeof g_stop_text[0][next], "\n%s\n", first.c_str());
+    snprintf(g_stop_text[1][next], sizeof g_stop_text[1][next], "\n%s\n", second.c_str());
+    g_stop_text_current = next;
+}
 
 static void on_stop_signal(int sig) {
     timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe, unlike most of libc
     const long ms = (long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    const int text = g_stop_text_current;
     if (g_stop_signal == 0) {
         g_stop_signal = sig;
         g_stop_at_ms = ms;
+        if (g_stop_at_once) {
+            stop_write("\nstopped at once: nothing to save (no -o, or no step trained yet)\n");
+            _exit(128 + sig);
+        }
+        if (text >= 0) stop_write(g_stop_text[0][text]);
     } else if (ms - g_stop_at_ms > 1000) {
+        if (text >= 0) stop_write(g_stop_text[1][text]);
         signal(sig, SIG_DFL);
         raise(sig);
     }

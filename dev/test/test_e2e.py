@@ -124,6 +124,27 @@ class TestRunAndResume(TempDirTest):
         # and another data order
         rejects(self, TINY + " -n 6 -x 1 --data-seed 3 --resume " + self.q("a"), "resume with --data-seed 0")
 
+    def test_output_directory_protected(self):
+        """train_gpt -o DIR into an earlier run's DIR: one error naming its files and --resume / --overwrite 1, nothing
+        changed; --overwrite 1 deletes them first (the new run's metrics alone, no old checkpoint left); --resume on a
+        missing directory or one without a checkpoint: one error at once"""
+        d = self.path("o")
+        flags = TINY + " --core-every -1 -n 4 --save-every 2"
+        code, out = train_gpt(flags + " -o " + self.q("o"))
+        self.assertEqual(code, 0, out)
+        before = {f: read(os.path.join(d, f)) for f in os.listdir(d) if not f.startswith(".")}
+        rejects(self, TINY + " --core-every -1 -n 3 -o " + self.q("o"), "holds another run's files")
+        code, out = train_gpt(TINY + " --core-every -1 -n 3 -o " + self.q("o"), want_stdout=False)
+        self.assertTrue("--resume " + d in out and "--overwrite 1" in out and "metrics.jsonl" in out, out)
+        self.assertEqual({f: read(os.path.join(d, f)) for f in os.listdir(d) if not f.startswith(".")}, before, "a refused run changed DIR")
+        code, out = train_gpt(TINY + " --core-every -1 -n 3 -o " + self.q("o") + " --overwrite 1")
+        self.assertEqual(code, 0, out)
+        self.assertEqual(sorted(f for f in os.listdir(d) if not f.startswith(".")), ["ckpt_000003.safetensors", "metrics.jsonl"])
+        self.assertEqual(read(os.path.join(d, "metrics.jsonl")).decode().count('"kind": "run"'), 1)
+        rejects(self, TINY + " --resume " + self.q("missing"), "--resume: '%s' is not a directory" % self.path("missing"))
+        os.makedirs(self.path("empty"))
+        rejects(self, TINY + " --resume " + self.q("empty"), "--resume: no checkpoint ckpt_*.safetensors in")
+
     def test_keep_checkpoints(self):
         """train_gpt --save-every 2 --keep-checkpoints 2 -n 6: only ckpt 4 and 6 are left, and --resume takes the latest"""
         d = self.path("k")

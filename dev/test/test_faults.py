@@ -6,6 +6,7 @@ metrics lines of an uninterrupted run are dev/test/test_resume.py's cases. Stand
 `make test` or `python3 dev/test/test_faults.py`.
 """
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -27,23 +28,55 @@ class Faults(xsatest.TempDirTest):
                                                            os.path.join(out, "final.safetensors")] + list(extra)
         return subprocess.Popen(argv, cwd=xsatest.REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
-    def test_second_signal_exits_at_once(self):
-        # the first SIGTERM arrives during a long optimizer step (128 micro-batches, about 16 s on 2 cores, so
-        # that even a machine several times faster is still inside it 1.5 s later): the run goes on to finish
-        # the step; a second one 1.5 s later must end it at once, killed by the signal (the step is never
-        # finished, so its length costs nothing)
+    def test_signals_answer_at_once(self):
+        # a long optimizer step (128 micro-batches, about 16 s on 2 cores, so that even a machine several times
+        # faster is still inside it 1.5 s later). The first SIGTERM, once the step has begun, is answered within a
+        # second by a line saying what will happen (the step finished, then a checkpoint); a second one 1.5 s later
+        # ends the run at once, killed by the signal, with a line saying so (the step is never finished, so its
+        # length costs nothing)
         out = os.path.join(self.dir, "twice")
         p = subprocess.Popen([xsatest.binary("train_gpt_cpu"), "-d", "2", "--dim", "128", "--heads", "2", "-t", "128", "-b", "4",
                               "-B", "65536", "-n", "2", "--eval-tokens", "512", "--sample-every", "-1", "--core-every", "-1", "-o", out],
                              cwd=xsatest.REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        time.sleep(1.0)
+        self.addCleanup(p.kill)
+        text = b""
+
+        def read_until(marker, seconds):
+            nonlocal text
+            deadline = time.time() + seconds
+            while marker not in text and time.time() < deadline:
+                if select.select([p.stdout], [], [], 0.1)[0]:
+                    chunk = os.read(p.stdout.fileno(), 65536)
+                    if not chunk:
+                        break
+                    text += chunk
+            return marker in text
+
+        self.assertTrue(read_until(b"step 0/2 | val bpb", 60), text.decode("utf-8", "replace"))
+        time.sleep(0.5)  # inside step 1
+        t0 = time.time()
         p.send_signal(signal.SIGTERM)
+        self.assertTrue(read_until(b"stop requested: finishing step 1 of 2", 1.0), text.decode("utf-8", "replace"))
+        self.assertLess(time.time() - t0, 1.0)
+        self.assertIn(b"then a checkpoint into " + out.encode(), text)
         time.sleep(1.5)
         t0 = time.time()
         p.send_signal(signal.SIGTERM)
-        p.communicate()
+        text += p.communicate()[0]
         self.assertEqual(p.returncode, -signal.SIGTERM, "a second SIGTERM: exit %d (want killed by SIGTERM)" % p.returncode)
         self.assertLess(time.time() - t0, 1.0, "a second SIGTERM took %.1f s to end the run" % (time.time() - t0))
+        self.assertIn(b"stopped at once during step 1; no checkpoint was written yet", text)
+
+    def test_without_output_stops_at_once(self):
+        # no -o: nothing to save, so the first SIGINT ends the run at once (exit 130), saying so
+        p = self.start(self.dir, 100000)
+        time.sleep(1.0)
+        t0 = time.time()
+        p.send_signal(signal.SIGINT)
+        text = p.communicate(timeout=30)[0]
+        self.assertEqual(p.returncode, 130, text.decode("utf-8", "replace"))
+        self.assertLess(time.time() - t0, 1.0)
+        self.assertIn(b"stopped at once: nothing to save", text)
 
     def test_one_run_per_directory(self):
         out = os.path.join(self.dir, "busy")
@@ -52,7 +85,11 @@ class Faults(xsatest.TempDirTest):
         while not os.path.exists(os.path.join(out, "metrics.jsonl")) and time.time() < deadline:
             time.sleep(0.05)
         try:
-            xsatest.check_one_error(self, [xsatest.binary("train_gpt_cpu")] + TINY + ["-n", "5", "-o", out], "another run is using")
+            xsatest.check_one_error(self, [xsatest.binary("train_gpt_cpu")] + TINY + ["-n", "5", "-o", out], "holds another run's files")
+            # --overwrite 1 deletes an earlier run's files only under the directory's lock: never a running run's
+            xsatest.check_one_error(self, [xsatest.binary("train_gpt_cpu")] + TINY + ["-n", "5", "-o", out, "--overwrite", "1"],
+                                    "another run is using")
+            self.assertTrue(os.path.exists(os.path.join(out, "metrics.jsonl")), "--overwrite 1 deleted a running run's metrics.jsonl")
         finally:
             first.kill()
             first.communicate()

@@ -72,9 +72,9 @@ class LiveRun(unittest.TestCase):
             step = [l for l in lines if l.startswith("step 3/")][0]
             self.assertTrue(re.match(r"step 3/100000000 \(0\.0%\) \| loss [\d.]+ \(smoothed\) \| grad norm [\d.]+ \| lrm [\d.]+ \| [\d.]+ ms \| "
                                      r"\d+ tok/s \| MFU n/a \| [\d.]+ TFLOP/s \| [\d.]+ min, ETA [\d.]+ min$", step), step)
-        with self.subTest("SIGTERM: exit 143 and a line saying where it stopped"):
+        with self.subTest("SIGTERM without -o (nothing to save): exit 143 at once, with a line saying so"):
             self.assertEqual(p.returncode, 143, transcript)
-            self.assertIn("stopped by SIGTERM after step ", rest)
+            self.assertIn("stopped at once: nothing to save (no -o", rest)
 
 
 class Memory(unittest.TestCase):
