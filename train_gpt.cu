@@ -1750,7 +1750,12 @@ static const char* const USAGE_MORE =
         "  --adamw-matrix-wd F    with --optimizer adamw: matrix weight decay (0.1)\n"
         "  --momentum-warmup-steps N  Muon momentum 0.85 -> 0.97 over N steps (400)\n";
 
-static Args parse_args(int argc, char** argv) {
+// report: print what the parse finds worth saying (not when parsing a resumed run's recorded arguments)
+static Args parse_args(const std::vector<std::string>& words, bool report = true) {
+    std::vector<char*> argv_words = {(char*)"train_gpt"};
+    for (const std::string& w : words) argv_words.push_back((char*)w.c_str());
+    const int argc = (int)argv_words.size();
+    char** argv = argv_words.data();
     Args args;
     int depth = 12, dim = -1, heads = -1, kv_heads = -1, head_dim = -1, seq_len = 2048, short_window = -1;
     std::string pattern = "SSSL", xsa_layers = "all";
@@ -1849,10 +1854,79 @@ static Args parse_args(int argc, char** argv) {
     c.xsa_layer = parse_layer_spec(xsa_layers, depth);
     // a fixed alpha = 0 is standard attention: skip the op rather than run it as a no-op
     if (alpha == 0.0f && !learnable) c.xsa_layer.assign(depth, false);
-    if (alpha == 0.0f && !learnable && xsa_layers_given)
+    if (alpha == 0.0f && !learnable && xsa_layers_given && report)
         printf("warning: --xsa-layers %s without -x: alpha is 0, so no layer uses XSA (-x 1 for full XSA on them)\n", xsa_layers.c_str());
     validate_config(c);  // the vocabulary comes from the tokenizer later; the rest is checked now
-    if (!data_given) default_data(&args, core_given);
+    if (!data_given) default_data(&args, core_given, report);
+    return args;
+}
+
+// The settings a resumed run shares with the run it continues, by the flag that sets each (the others, such as
+// the evaluation cadence, --save-every or --ranks, may change on resume).
+struct RunSetting {
+    const char* flag;
+    std::string (*value)(const Args&);
+};
+static const RunSetting RUN_SETTINGS[] = {
+    {"-d", [](const Args& a) { return std::to_string(a.config.n_layer); }},
+    {"--dim", [](const Args& a) { return std::to_string(a.config.n_embd); }},
+    {"--heads", [](const Args& a) { return std::to_string(a.config.n_head); }},
+    {"--kv-heads", [](const Args& a) { return std::to_string(a.config.n_kv_head); }},
+    {"--head-dim", [](const Args& a) { return std::to_string(a.config.head_dim); }},
+    {"-t", [](const Args& a) { return std::to_string(a.config.seq_len); }},
+    {"--window-pattern", [](const Args& a) { return a.config.window_pattern; }},
+    {"--short-window", [](const Args& a) { return std::to_string(a.config.short_window); }},
+    {"--value-embeds", [](const Args& a) { return std::to_string(a.config.value_embeds); }},
+    {"--smear", [](const Args& a) { return std::to_string(a.config.smear); }},
+    {"-x", [](const Args& a) { return a.config.xsa_learnable ? std::string("learn") : shortest_decimal(a.config.xsa_alpha); }},
+    {"--xsa-layers", [](const Args& a) { return layer_list(a.config.xsa_layer); }},
+    {"--optimizer", [](const Args& a) { return a.optim.optimizer; }},
+    {"--muon-eq", [](const Args& a) { return std::to_string(a.optim.muon_eq); }},
+    {"--muon-plus", [](const Args& a) { return std::to_string(a.optim.muon_plus); }},
+    {"--matrix-lr", [](const Args& a) { return shortest_decimal(a.optim.matrix_lr); }},
+    {"--embedding-lr", [](const Args& a) { return shortest_decimal(a.optim.embedding_lr); }},
+    {"--unembedding-lr", [](const Args& a) { return shortest_decimal(a.optim.unembedding_lr); }},
+    {"--scalar-lr", [](const Args& a) { return shortest_decimal(a.optim.scalar_lr); }},
+    {"--smear-lr", [](const Args& a) { return shortest_decimal(a.optim.smear_lr); }},
+    {"--xsa-lr", [](const Args& a) { return shortest_decimal(a.optim.xsa_lr); }},
+    {"--weight-decay", [](const Args& a) { return shortest_decimal(a.optim.weight_decay); }},
+    {"--adamw-matrix-lr", [](const Args& a) { return shortest_decimal(a.optim.adamw_matrix_lr); }},
+    {"--adamw-matrix-wd", [](const Args& a) { return shortest_decimal(a.optim.adamw_matrix_wd); }},
+    {"--warmup-steps", [](const Args& a) { return std::to_string(a.optim.warmup_steps); }},
+    {"--warmdown-ratio", [](const Args& a) { return shortest_decimal(a.optim.warmdown_ratio); }},
+    {"--final-lr-frac", [](const Args& a) { return shortest_decimal(a.optim.final_lr_frac); }},
+    {"--momentum-warmup-steps", [](const Args& a) { return std::to_string(a.optim.momentum_warmup_steps); }},
+    {"--param-data-ratio", [](const Args& a) { return shortest_decimal(a.optim.param_data_ratio); }},
+    {"-B", [](const Args& a) { return std::to_string(a.optim.total_batch); }},
+    {"-n", [](const Args& a) { return std::to_string(a.steps); }},
+    {"-b", [](const Args& a) { return std::to_string(a.batch); }},
+    {"--seed", [](const Args& a) { return std::to_string(a.seed); }},
+    {"--data-seed", [](const Args& a) { return std::to_string(a.data_seed); }},
+    {"--tokenizer", [](const Args& a) { return a.tokenizer_path; }},
+    {"-i", [](const Args& a) { return a.allow_other_data ? std::string("(any)") : a.train_pattern; }},
+};
+
+// The command line's arguments, after those the run recorded when this is a --resume of a run that recorded them
+// (recorded_arguments); then a flag given here that sets a run setting (RUN_SETTINGS) to another value is refused,
+// every one named in one error.
+static Args parse_run_arguments(int argc, char** argv, std::vector<std::string>* recorded_words) {
+    const std::vector<std::string> given = argument_words(argc, argv);
+    const std::string resume = flag_value(given, "--resume");
+    const std::vector<std::string> recorded = resume.empty() ? std::vector<std::string>() : recorded_arguments(resume);
+    std::vector<std::string> words = recorded;
+    words.insert(words.end(), given.begin(), given.end());
+    const Args args = parse_args(words);
+    *recorded_words = without_outputs(words);
+    if (recorded.empty()) return args;
+    std::vector<std::string> as_recorded = recorded;  // (as the run was resumed, without this command line's other flags)
+    as_recorded.insert(as_recorded.end(), {"--resume", resume});
+    const Args was = parse_args(as_recorded, false);
+    std::string conflicts;
+    for (const RunSetting& s : RUN_SETTINGS)
+        if (s.value(args) != s.value(was)) conflicts += (conflicts.empty() ? "" : ", ") + std::string(s.flag) + " " + s.value(args) + " (the run's: " + s.value(was) + ")";
+    if (!conflicts.empty())
+        fail("--resume %s takes the run's own settings from its metrics.jsonl; these flags given here differ: %s. Leave them out, or "
+             "start a new run with -o", resume.c_str(), conflicts.c_str());
     return args;
 }
 
@@ -1928,6 +2002,7 @@ struct Run {
     double start_ms = 0.0;        // when this process started training (the elapsed time in the step lines)
     double estimate_step_ms = 0.0;  // run_estimate's, until steps are timed (what a stop request says it waits for)
     std::string last_checkpoint;    // the latest checkpoint of the run, "" if none yet
+    std::vector<std::string> recorded_words;  // the arguments the run line records (all but the output options)
 };
 
 // The first line of DIR/metrics.jsonl: what was run (model, optimizer, batch, data, seed, device), so a
@@ -1942,7 +2017,8 @@ static JsonLine run_line(const Run<Loader>& run) {
     line.str("train_data", a.train_pattern).str("val_data", a.val_pattern).str("tokenizer", a.tokenizer_path);
     line.num("eval_tokens", (long long)run.eval_steps * run.B * run.T).num("xsa_fused", (long long)a.xsa_fused);  // as evaluated
     return line.raw("model", json_object(config_to_metadata(a.config), {"window_pattern", "xsa_layers"}))
-        .raw("optim", json_object(optim_to_metadata(run.plan.optim), {}));
+        .raw("optim", json_object(optim_to_metadata(run.plan.optim), {}))
+        .raw("argv", json_words(run.recorded_words));  // last: recorded_arguments finds it there
 }
 
 // The micro-batch (-b, or the default for this model and device), the micro-batches per step and the step
@@ -2359,7 +2435,7 @@ static void run_train(Run<Loader>* run, Evaluate evaluate_more) {
 int main(int argc, char** argv) {
     setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches a pipe or log file as it is printed
     Run<DataLoader> run;
-    run.args = parse_args(argc, argv);
+    run.args = parse_run_arguments(argc, argv, &run.recorded_words);
     run_begin(&run, argc, argv);
     run_setup_plan(&run);
     if (run.args.steps == 0) return 0;  // -n 0: the model and the plan only

@@ -68,10 +68,11 @@ def load_run(path):
 
 
 def flatten_settings(rec):
-    """The run line as flat "key": value pairs (model.* and optim.* for the nested objects)."""
+    """The run line as flat "key": value pairs (model.* and optim.* for the nested objects). "argv" (the command
+    line, recorded for --resume DIR alone) is left out: what it sets is in the other settings."""
     flat = {}
     for key, value in rec.items():
-        if key in ("step", "kind"):
+        if key in ("step", "kind", "argv"):
             continue
         if isinstance(value, dict):
             for k, v in value.items():

@@ -104,7 +104,8 @@ struct Args {
 // (~/.cache/xsa-train/climbmix, or $XSA_DATA_DIR), when they are there, with the CORE task files that
 // dev/data/core.py made for them in its core/ (else CORE is off: the embedded tasks belong to the embedded
 // tokenizer); otherwise the embedded corpus.
-static void default_data(Args* args, bool core_given) {
+// report: say what was found (not when parsing a resumed run's recorded arguments, which the resume parses again)
+static void default_data(Args* args, bool core_given, bool report) {
     const char* env = getenv("XSA_DATA_DIR");
     const char* home = getenv("HOME");
     const std::string dir = env && *env ? env : std::string(home ? home : "") + "/.cache/xsa-train/climbmix";
@@ -113,13 +114,13 @@ static void default_data(Args* args, bool core_given) {
     args->train_pattern = dir + "/train_*.bin";
     args->val_pattern = dir + "/val_*.bin";
     args->tokenizer_path = dir + "/tokenizer.bin";
-    printf("data: the ClimbMix shards in %s (found there; -i, -j and --tokenizer choose others)\n", dir.c_str());
+    if (report) printf("data: the ClimbMix shards in %s (found there; -i, -j and --tokenizer choose others)\n", dir.c_str());
     if (core_given || args->core_every < 0) return;
     if (exists(dir + "/core/*.bin")) {
         args->core_dir = dir + "/core";
     } else {
         args->core_every = -1;
-        printf("CORE: off, no task files in %s/core (make them: python3 dev/data/core.py --bundle-zip --tokenizer %s/tokenizer.bin "
+        if (report) printf("CORE: off, no task files in %s/core (make them: python3 dev/data/core.py --bundle-zip --tokenizer %s/tokenizer.bin "
                "--out %s/core --max-per-task %d)\n", dir.c_str(), dir.c_str(), dir.c_str(), args->core_max_per_task);
     }
 }
@@ -191,6 +192,77 @@ static bool parse_run_flag(Args* args, const std::string& flag, const char* valu
     else if (flag == "--matmul-tune") args->matmul_tune = parse_bool(f, value);
     else return false;
     return true;
+}
+
+// ----------------------------------------------------------------------------------------------------
+// --resume DIR alone: a run records its arguments (but its output options) as "argv" in its run line, the
+// first line of DIR/metrics.jsonl; a resume puts them before its own, so that flags need not be typed again.
+
+// The arguments as words, each "--name=value" split in two (so that a flag's value is always the next word).
+static std::vector<std::string> argument_words(int argc, char** argv) {
+    std::vector<std::string> words;
+    for (int i = 1; i < argc; i++) {
+        const std::string w = argv[i];
+        const size_t eq = w.find('=');
+        if (w.rfind("--", 0) == 0 && eq != std::string::npos) {
+            words.push_back(w.substr(0, eq));
+            words.push_back(w.substr(eq + 1));
+        } else {
+            words.push_back(w);
+        }
+    }
+    return words;
+}
+
+// The value of the last `flag` among the words ("" if none).
+static std::string flag_value(const std::vector<std::string>& words, const char* flag) {
+    std::string value;
+    for (size_t i = 0; i + 1 < words.size(); i++)
+        if (words[i] == flag) value = words[++i];
+    return value;
+}
+
+// The words without the output options (where a run writes, and whether it may overwrite): what a run records.
+static std::vector<std::string> without_outputs(const std::vector<std::string>& words) {
+    std::vector<std::string> kept;
+    for (size_t i = 0; i < words.size(); i++) {
+        if (words[i] == "-o" || words[i] == "--output" || words[i] == "--resume" || words[i] == "--overwrite") {
+            i++;
+            continue;
+        }
+        kept.push_back(words[i]);
+    }
+    return kept;
+}
+
+// The words as a JSON array (the run line's "argv")
+static std::string json_words(const std::vector<std::string>& words) {
+    std::string json = "[";
+    for (size_t i = 0; i < words.size(); i++) json += (i ? ", \"" : "\"") + json_escape(words[i]) + "\"";
+    return json + "]";
+}
+
+// The arguments the run in `dir` recorded, from the first line of dir/metrics.jsonl; none when it has no such
+// line or no "argv" in it (a run from before they were recorded: its flags are given again, as then).
+static std::vector<std::string> recorded_arguments(const std::string& dir) {
+    std::vector<std::string> words;
+    FILE* f = fopen((dir + "/metrics.jsonl").c_str(), "rb");
+    if (!f) return words;
+    std::string line;
+    for (int c; (c = fgetc(f)) != EOF && c != '\n';) line += (char)c;
+    fclose(f);
+    // "argv" is the run line's last key, and a key's text cannot occur unescaped inside a string value
+    const size_t at = line.rfind(", \"argv\": [");
+    if (line.rfind("{\"step\": 0, \"kind\": \"run\"", 0) != 0 || at == std::string::npos) return words;
+    const std::string path = dir + "/metrics.jsonl";
+    JsonReader r{line, at + strlen(", \"argv\": "), path.c_str()};
+    r.expect('[');
+    if (!r.consume(']')) {
+        do words.push_back(r.string_value());
+        while (r.consume(','));
+        r.expect(']');
+    }
+    return words;
 }
 
 // The checks of parse_run_flag's values.

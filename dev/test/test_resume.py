@@ -190,6 +190,15 @@ def resumed(*extra, says=None):
     return resume
 
 
+def resumed_alone(test, config, run):
+    """--resume DIR and nothing else: the run's own flags come from its metrics.jsonl (its run line's "argv")."""
+    code, out = finish(start([binary(config.program), "--resume", run.dir]))
+    test.assertEqual(code, 0, "%s, then --resume DIR alone: exit %d\n%s" % (run.what, code, tail(out)))
+
+
+resumed_alone.text = "--resume DIR alone (no other flag)"
+
+
 def printed_command(test, config, run):
     """The resume command the stopped run printed, run as printed."""
     argv = [binary(config.program)] + run.command[1:]
@@ -230,6 +239,7 @@ CASES = [
          ("weights", "losses", "lines", "metrics")),
     Case("SIGTERM", "train_gpt", signalled(signal.SIGTERM), printed_command, ("weights", "metrics")),
     Case("SIGINT", "train_gpt", signalled(signal.SIGINT), printed_command, ("weights", "metrics")),
+    Case("SIGTERM, resumed without flags", "train_gpt", signalled(signal.SIGTERM), resumed_alone, ("weights", "metrics")),
     Case("kill -9", "train_gpt", killed(5), resumed("--save-every", "1"), ("weights", "metrics")),
     Case("copied checkpoint, learnable alpha", "train_gpt -x learn", copied("ckpt_000003.safetensors"), resumed(), ("weights",)),
     Case("copied checkpoint, SFT", "chat_sft", copied("ckpt_000005.safetensors", "metrics.jsonl"), resumed(), ("weights", "losses", "lines")),
@@ -249,7 +259,7 @@ def metrics_lines(path):
     with open(path) as f:
         for text in f:
             line = json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError("not JSON: " + c)))
-            for key in TIMING:
+            for key in TIMING + ("argv",):  # (argv: how the run was started, e.g. the reference's --save-every, not what it computed)
                 line.pop(key, None)
             lines.append(line)
     return lines
