@@ -80,10 +80,10 @@ import climbmix  # noqa: E402  (dev/data/climbmix.py: the standard library at im
 import study  # noqa: E402  (dev/study.py)
 
 # The documented numbers the estimates use
-DOC_SHARDS = {12: 40, 24: 240}  # dev/data/README.md "How many shards" (with margin)
+DOC_SHARDS = {12: 40, 24: 120}  # dev/data/README.md "How many shards" (with margin)
 SHARD_TOKENS = 60e6             # ~60M tokens per ClimbMix shard with the 32768-token tokenizer (README: an estimate)
 PACKING_KEPT = 0.65             # best-fit packing at T = 2048 keeps ~65% of the document tokens (README)
-SHARD_MARGIN = 1.07             # the margin of README's 240 over its 225 shards for d24
+SHARD_MARGIN = 1.17             # the margin of README's 120 over its 103 shards for d24
 PARQUET_MB = 100                # a ClimbMix shard is ~100 MB of parquet holding >= 250M characters (README)
 SHARD_CHARS = 250e6
 TIKTOKEN_MB_S = 7.5             # tiktoken's encode_ordinary, one thread, a loaded 2-core VM (README, "Speed")
@@ -158,7 +158,7 @@ def parse_args(argv):
     p.add_argument("--out", help="the study's directory (default dev/studies/out/speedrun_dN)")
     p.add_argument("--data-dir", help="where the prepared data go (climbmix.py's --out; default $XSA_DATA_DIR or "
                    "~/.cache/xsa-train/climbmix, where the trainer looks); downloaded parquet files in DIR/parquet")
-    p.add_argument("--num-shards", type=int, help="ClimbMix train shards (default 40 at d12, 240 at d24 as dev/data/README.md "
+    p.add_argument("--num-shards", type=int, help="ClimbMix train shards (default 40 at d12, 120 at d24 as dev/data/README.md "
                    "says; other depths from the trainer's plan)")
     p.add_argument("--vocab-size", type=int, default=32768, help="the tokenizer's vocabulary (default 32768, nanochat's)")
     p.add_argument("--dry-run", action="store_true", help="print the commands, what is done and the estimates; run nothing")

@@ -248,7 +248,7 @@ class TestSpeedrunErrors(unittest.TestCase):
         check_one_error(self, SPEEDRUN + ["--depth", "24", "--dry-run"] + where, "is another study ('base' was", anywhere=True)
 
     def test_dry_run_d24(self):
-        """--dry-run --depth 24 --ranks 8 with nothing prepared: README's 240 shards, the downloads, the six runs with their
+        """--dry-run --depth 24 --ranks 8 with nothing prepared: README's 120 shards, the downloads, the six runs with their
         SFT and full CORE, the trainer's d24 plan and the estimates from it"""
         if not os.access(os.path.join(REPO, "train_gpt_cpu"), os.X_OK):
             self.skipTest("./train_gpt_cpu is not built (make train_gpt_cpu)")
@@ -257,8 +257,8 @@ class TestSpeedrunErrors(unittest.TestCase):
         code, out = run(SPEEDRUN + ["--depth", "24", "--ranks", "8", "--cpu", "--dry-run", "--data-dir", os.path.join(tmp, "data"),
                                     "--out", os.path.join(tmp, "out")])
         self.assertEqual(code, 0, out)
-        for text in ("dev/data/climbmix.py --num-shards 240 --data-dir", "core.py --bundle-zip", "| model: depth 24, dim 1024",
-                     "vocab 32768", "| plan: 3840 steps x 1048576 tokens", "disk (estimate): 24.1 GB of parquet",
+        for text in ("dev/data/climbmix.py --num-shards 120 --data-dir", "core.py --bundle-zip", "| model: depth 24, dim 1024",
+                     "vocab 32768", "| plan: 3840 steps x 1048576 tokens", "disk (estimate): 12.1 GB of parquet",
                      "--ranks 8 --save-every 500 --keep-checkpoints 2", "-x 1.0 --seed 3 -o", "ckpt_003840.safetensors",
                      "to do: data, core_tasks, sft_data, chat_tasks, study"):
             self.assertIn(text, out)

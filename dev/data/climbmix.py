@@ -736,7 +736,7 @@ def parse_args(argv=None):
                     "tokenizer.bin and token shards for xsa-train (formats: dev/data/README.md).")
     p.add_argument("--num-shards", type=int, default=40,
                    help="download train shards 0..N-1 (plus the val shard 6542); default %(default)s, "
-                        "enough for d12 (d24 needs ~240; estimates in dev/data/README.md)")
+                        "enough for d12 (d24 needs ~120; estimates in dev/data/README.md)")
     p.add_argument("--data-dir", default=DEFAULT_DATA_DIR,
                    help="where downloaded parquet files go (default %(default)s)")
     p.add_argument("--parquet-dir", default=None,
