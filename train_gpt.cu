@@ -2068,8 +2068,9 @@ static void run_setup_plan(Run<DataLoader>* run) {
         fail("the plan has no steps: %.0f target tokens < one batch of %ld tokens (set -n or -B)", run->plan.target_tokens, run->plan.total_batch);
 }
 
-// The training and validation loaders, and the CORE tasks.
-static void run_setup_data(Run<DataLoader>* run) {
+// The training and validation loaders, with what the plan means for the data (-n 0 stops after this: the
+// plan shows what the run would warn about).
+static void run_open_data(Run<DataLoader>* run) {
     const Args& a = run->args;
     const Tokenizer& tok = run->tok;
     const int world = g_ranks.world;
@@ -2097,6 +2098,13 @@ static void run_setup_data(Run<DataLoader>* run) {
         printf("note: %zu of the %zu training shards have no row-group file (SHARD%s, written by dev/data/climbmix.py): the ranks stride "
                "over 128-document chunks of them, not over parquet row groups as nanochat's (dev/docs/data.md#ranks-and-epochs)\n",
                without_row_groups, run->train.shards.size(), ROWGROUP_SUFFIX);
+}
+
+// The loaders and the CORE tasks.
+static void run_setup_data(Run<DataLoader>* run) {
+    run_open_data(run);
+    const Args& a = run->args;
+    const Tokenizer& tok = run->tok;
     if (a.core_every < 0) return;
     run->core_tasks = core_tasks_load(a.core_dir, tok.vocab_size, tok.bos_id);
     for (const CoreTask& t : run->core_tasks)  // few-shot examples come from core.py's truncation, not ours
@@ -2377,6 +2385,9 @@ static void run_begin(Run<Loader>* run, int argc, char** argv) {
     check_outputs(a);
     install_stop_handlers();  // inherited by the ranks; their supervisor passes the signals on to them
     ranks_launch(a.ranks, a.rendezvous);  // forks or joins the ranks, if several
+#ifdef _OPENMP
+    if (a.threads > 0) omp_set_num_threads(a.threads);  // per rank, after ranks_launch shared the cores among them
+#endif
     backend_init();
     g_backend.xsa_fused = a.xsa_fused;
     g_backend.graphs = a.cuda_graphs;
@@ -2438,7 +2449,10 @@ int main(int argc, char** argv) {
     run.args = parse_run_arguments(argc, argv, &run.recorded_words);
     run_begin(&run, argc, argv);
     run_setup_plan(&run);
-    if (run.args.steps == 0) return 0;  // -n 0: the model and the plan only
+    if (run.args.steps == 0) {  // -n 0: the model, the plan and what it means for the data only
+        run_open_data(&run);
+        return 0;
+    }
     run_setup_data(&run);
     run_setup_model(&run);
     run_train(&run, [](int, bool) {});

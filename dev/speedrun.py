@@ -341,7 +341,9 @@ def trainer_plan(trainer, flags_of, vocab):
     if p.returncode != 0:
         last = [l for l in text.splitlines() if l.strip()][-1:] or [f"exit {p.returncode}"]
         raise SpeedrunError(f"the trainer refuses the study's flags ({show(trainer)} ... -n 0): {last[0]}")
-    plan = {"argv": [show(trainer)] + [w.replace(tmp, "STAND-IN") for w in argv[1:]], "lines": text.splitlines()}
+    # the plan's data lines are about the stand-in's two tokens, not the study's data: left out
+    lines = [l for l in text.splitlines() if not l.startswith(("data: ", "warning: this plan reads ", "note: "))]
+    plan = {"argv": [show(trainer)] + [w.replace(tmp, "STAND-IN") for w in argv[1:]], "lines": lines}
     for key, rx in PLAN_FIELDS.items():
         m = next((re.search(rx, l) for l in plan["lines"] if re.search(rx, l)), None)
         plan[key] = (m.group(1) if key == "backend" else float(m.group(1))) if m else None

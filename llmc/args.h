@@ -17,6 +17,8 @@ static const char* const RUN_USAGE =
         "  --overwrite 0|1        with -o DIR: delete the files of an earlier run in DIR first (default 0: refused)\n"
         "  --export-safetensors FILE  write the final weights as safetensors (nanochat names, fp32)\n"
         "Distributed\n"
+        "  --threads N            CPU threads per rank (default: $OMP_NUM_THREADS, else the cores, shared by the\n"
+        "                         ranks on a machine); the run line records the count (results differ by thread count)\n"
         "  --ranks N              data parallel over N ranks: N GPUs (CUDA, with NCCL) or N processes (CPU);\n"
         "                         each rank trains on its share of every step's batch (default 1); across\n"
         "                         nodes, start one process per rank with mpirun, srun or a torchrun-style\n"
@@ -91,6 +93,7 @@ struct Args {
     bool cuda_graphs = true;
     bool matmul_tune = true;
     int ranks = 1;
+    int threads = -1;  // --threads: -1 = OpenMP's default (OMP_NUM_THREADS, or the cores shared by the ranks)
     std::string rendezvous;
     bool shard_optimizer = true;
     bool overlap_reduce = true;
@@ -184,6 +187,7 @@ static bool parse_run_flag(Args* args, const std::string& flag, const char* valu
     else if (flag == "--init-from") args->init_from = value;
     else if (flag == "--export-safetensors") args->export_path = value;
     else if (flag == "--ranks") args->ranks = parse_int32(f, value);
+    else if (flag == "--threads") args->threads = (int)at_least(f, parse_int32(f, value), 1);
     else if (flag == "--rendezvous") args->rendezvous = value;
     else if (flag == "--shard-optimizer") args->shard_optimizer = parse_bool(f, value);
     else if (flag == "--overlap-reduce") args->overlap_reduce = parse_bool(f, value);
