@@ -18,7 +18,7 @@ static const char* const RUN_USAGE =
         "  --export-safetensors FILE  write the final weights as safetensors (nanochat names, fp32)\n"
         "Distributed\n"
         "  --threads N            CPU threads per rank (default: $OMP_NUM_THREADS, else the cores, shared by the\n"
-        "                         ranks on a machine); the run line records the count (results differ by thread count)\n"
+        "                         ranks on a machine): the speed only, the numbers are the same for any count\n"
         "  --ranks N              data parallel over N ranks: N GPUs (CUDA, with NCCL) or N processes (CPU);\n"
         "                         each rank trains on its share of every step's batch (default 1); across\n"
         "                         nodes, start one process per rank with mpirun, srun or a torchrun-style\n"
