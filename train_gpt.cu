@@ -1912,7 +1912,7 @@ static const RunSetting RUN_SETTINGS[] = {
 static Args parse_run_arguments(int argc, char** argv, std::vector<std::string>* recorded_words) {
     const std::vector<std::string> given = argument_words(argc, argv);
     const std::string resume = flag_value(given, "--resume");
-    const std::vector<std::string> recorded = resume.empty() ? std::vector<std::string>() : recorded_arguments(resume);
+    const std::vector<std::string> recorded = resume.empty() ? std::vector<std::string>() : recorded_arguments(resume, "train_gpt");
     std::vector<std::string> words = recorded;
     words.insert(words.end(), given.begin(), given.end());
     const Args args = parse_args(words);
@@ -2003,6 +2003,7 @@ struct Run {
     double estimate_step_ms = 0.0;  // run_estimate's, until steps are timed (what a stop request says it waits for)
     std::string last_checkpoint;    // the latest checkpoint of the run, "" if none yet
     std::vector<std::string> recorded_words;  // the arguments the run line records (all but the output options)
+    std::string program = "train_gpt";        // whose arguments they are (chat_sft's are not train_gpt's)
 };
 
 // The first line of DIR/metrics.jsonl: what was run (model, optimizer, batch, data, seed, device), so a
@@ -2018,7 +2019,7 @@ static JsonLine run_line(const Run<Loader>& run) {
     line.num("eval_tokens", (long long)run.eval_steps * run.B * run.T).num("xsa_fused", (long long)a.xsa_fused);  // as evaluated
     return line.raw("model", json_object(config_to_metadata(a.config), {"window_pattern", "xsa_layers"}))
         .raw("optim", json_object(optim_to_metadata(run.plan.optim), {}))
-        .raw("argv", json_words(run.recorded_words));  // last: recorded_arguments finds it there
+        .str("program", run.program).raw("argv", json_words(run.recorded_words));  // last: recorded_arguments finds them there
 }
 
 // The micro-batch (-b, or the default for this model and device), the micro-batches per step and the step

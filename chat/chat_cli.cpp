@@ -50,7 +50,9 @@ int main(int argc, char** argv) {
     backend_init(nullptr);
     GPT model;
     Tokenizer tok;
-    load_model_and_tokenizer(&model, &tok, a.weights, a.tokenizer);
+    if (load_model_and_tokenizer(&model, &tok, a.weights, a.tokenizer))
+        printf("note: this is a base model (a checkpoint of train_gpt, not fine-tuned by chat_sft): it continues text rather than "
+               "answering; fine-tune it first: ./chat_sft --init-from CHECKPOINT --sft DIR -o sft (dev/docs/chat.md)\n");
     const int user_start = special_or_fail(&tok, "<|user_start|>"), user_end = special_or_fail(&tok, "<|user_end|>");
     const int assistant_start = special_or_fail(&tok, "<|assistant_start|>"), assistant_end = special_or_fail(&tok, "<|assistant_end|>");
     const int context = model.config.seq_len;

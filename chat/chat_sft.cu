@@ -253,6 +253,7 @@ int main(int argc, char** argv) {
     setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches a pipe or log file as it is printed
     SftRun s;
     parse_sft_args(&s, argc, argv);
+    s.run.program = "chat_sft";
     s.run.recorded_words = without_outputs(argument_words(argc, argv));  // the run line's record (chat_sft's --resume takes its flags again)
     run_begin(&s.run, argc, argv);
     sft_setup_plan(&s);

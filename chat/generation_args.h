@@ -32,11 +32,19 @@ static void validate_generation_args(const GenerationArgs& a, const char* progra
     if (a.sampling.top_k < 0) fail("-k must be >= 0, got %d", a.sampling.top_k);
 }
 
-// For sample, chat_cli and chat_eval: the model in a checkpoint or export (`path`), and its tokenizer:
-// `tokenizer_path` if given, else the one the model's file names. The tokenizer must be the one the model
-// was trained with (same fingerprint; files written before fingerprints were recorded: the same vocabulary
-// size).
-static void load_model_and_tokenizer(GPT* model, Tokenizer* tok, const std::string& path, std::string tokenizer_path) {
+// For sample, chat_cli and chat_eval: the model in a checkpoint or export (`path`; a run's directory: its latest
+// checkpoint), and its tokenizer: `tokenizer_path` if given, else the one the model's file names. The tokenizer
+// must be the one the model was trained with (same fingerprint; files written before fingerprints were recorded:
+// the same vocabulary size). Returns whether the file says it is a base-training checkpoint (not fine-tuned by
+// chat_sft: chat_cli says so).
+static bool load_model_and_tokenizer(GPT* model, Tokenizer* tok, std::string path, std::string tokenizer_path) {
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        const std::string latest = latest_checkpoint(path);
+        if (latest.empty()) fail("'%s' is a directory without a checkpoint ckpt_*.safetensors (-e takes a weights file or a run's directory)", path.c_str());
+        printf("weights: %s (the latest checkpoint in %s)\n", latest.c_str(), path.c_str());
+        path = latest;
+    }
     SafetensorsFile file = safetensors_read(path);
     const bool recorded = file.metadata.count("tokenizer_fingerprint") > 0;
     if (tokenizer_path.empty()) {
@@ -57,4 +65,5 @@ static void load_model_and_tokenizer(GPT* model, Tokenizer* tok, const std::stri
     gpt_load_weights(model, file);
     model->tokenizer_path = tokenizer_path;
     model->tokenizer_fingerprint = tokenizer_fingerprint(tok);
+    return file.metadata.count("optim.sft") && file.meta("optim.sft") == "0";
 }

@@ -143,6 +143,9 @@ static std::vector<std::string> parse_command_line(int argc, char** argv, const 
             fputs(usage.c_str(), stdout);
             exit(0);
         }
+        if (flag.empty() || flag[0] != '-')  // e.g. `./train_gpt out`: a directory given without -o
+            fail("'%s' is not an option (options start with -; every option takes a value, e.g. -o %s to write into %s; see --help)",
+                 flag.c_str(), flag.c_str(), flag.c_str());
         std::string inline_value;  // --name=value is the same as --name value
         const size_t eq = flag.find('=');
         const bool has_inline = flag.rfind("--", 0) == 0 && eq != std::string::npos;
@@ -247,8 +250,9 @@ static std::string json_words(const std::vector<std::string>& words) {
 }
 
 // The arguments the run in `dir` recorded, from the first line of dir/metrics.jsonl; none when it has no such
-// line or no "argv" in it (a run from before they were recorded: its flags are given again, as then).
-static std::vector<std::string> recorded_arguments(const std::string& dir) {
+// line, no "argv" in it (a run from before they were recorded: its flags are given again, as then) or when it
+// was run by another program than `program` (its arguments are not this one's; the checkpoint check says why).
+static std::vector<std::string> recorded_arguments(const std::string& dir, const char* program) {
     std::vector<std::string> words;
     FILE* f = fopen((dir + "/metrics.jsonl").c_str(), "rb");
     if (!f) return words;
@@ -256,10 +260,13 @@ static std::vector<std::string> recorded_arguments(const std::string& dir) {
     for (int c; (c = fgetc(f)) != EOF && c != '\n';) line += (char)c;
     fclose(f);
     // "argv" is the run line's last key, and a key's text cannot occur unescaped inside a string value
-    const size_t at = line.rfind(", \"argv\": [");
-    if (line.rfind("{\"step\": 0, \"kind\": \"run\"", 0) != 0 || at == std::string::npos) return words;
+    const std::string tail = ", \"argv\": [", by = ", \"program\": \"" + std::string(program) + "\"" + tail;
+    const size_t at = line.rfind(tail);
+    if (line.rfind("{\"step\": 0, \"kind\": \"run\"", 0) != 0 || at == std::string::npos || at < by.size() - tail.size() ||
+        line.compare(at - (by.size() - tail.size()), by.size(), by) != 0)
+        return words;
     const std::string path = dir + "/metrics.jsonl";
-    JsonReader r{line, at + strlen(", \"argv\": "), path.c_str()};
+    JsonReader r{line, at + tail.size() - 1, path.c_str()};
     r.expect('[');
     if (!r.consume(']')) {
         do words.push_back(r.string_value());

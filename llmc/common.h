@@ -186,6 +186,7 @@ static void parse_options(int argc, char** argv, void (*usage)(), Handler handle
             usage();
             exit(0);
         }
+        if (flag.empty() || flag[0] != '-') fail("'%s' is not an option (options start with -, each followed by its value; see --help)", flag.c_str());
         if (i + 1 >= argc) fail("option %s needs a value (see --help)", flag.c_str());
         if (!handle(flag, argv[++i])) fail("unknown option '%s' (see --help)", flag.c_str());
     }

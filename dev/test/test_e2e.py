@@ -122,11 +122,13 @@ class TestRunAndResume(TempDirTest):
                             "exit %d, checkpoints %s, %d train lines, %d eval lines, keys %s; output:\n%s" %
                             (code_a, "written" if checkpoints else "MISSING", train_lines, eval_lines, "ok" if keys else "WRONG", out))
         # resuming with another optimizer setting is refused
-        rejects(self, TINY + " -n 6 -x 1 --matrix-lr 0.03 --resume " + self.q("a"), "resume with the same model and optimizer flags")
+        rejects(self, TINY + " -n 6 -x 1 --matrix-lr 0.03 --resume " + self.q("a"), "these flags given here differ: --matrix-lr 0.03 (the run's: 0.02)")
         # and so is another micro-batch (it changes which documents each step sees)
-        rejects(self, TINY + " -n 6 -x 1 -b 1 --resume " + self.q("a"), "resume with -b 2")
+        rejects(self, TINY + " -n 6 -x 1 -b 1 --resume " + self.q("a"), "these flags given here differ: -b 1 (the run's: 2)")
+        # a directory without -o
+        rejects(self, TINY + " " + self.q("a"), "is not an option (options start with -; every option takes a value, e.g. -o")
         # and another data order
-        rejects(self, TINY + " -n 6 -x 1 --data-seed 3 --resume " + self.q("a"), "resume with --data-seed 0")
+        rejects(self, TINY + " -n 6 -x 1 --data-seed 3 --resume " + self.q("a"), "these flags given here differ: --data-seed 3 (the run's: 0)")
 
     def test_output_directory_protected(self):
         """train_gpt -o DIR into an earlier run's DIR: one error naming its files and --resume / --overwrite 1, nothing
@@ -188,7 +190,7 @@ class TestLearnableAlpha(TempDirTest):
             base = 8 + struct.unpack("<Q", data[:8])[0]
             logits = struct.unpack("<2f", data[base + start:base + end])
             self.assertTrue(all(abs(math.tanh(x) - y) < 1e-6 for x, y in zip(logits, alphas[6]["1"])), (logits, alphas[6]))
-        rejects(self, flags.replace("-x learn", "-x 1") + " --resume " + self.q("a"), "resume with the same model and optimizer flags")
+        rejects(self, flags.replace("-x learn", "-x 1") + " --resume " + self.q("a"), "these flags given here differ: -x 1 (the run's: learn)")
 
 
 class TestBadData(TempDirTest):

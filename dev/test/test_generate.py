@@ -140,6 +140,12 @@ class TestGenerate(xsatest.TempDirTest):
         code_ckpt, out_ckpt = run([binary("sample"), "-e", ckpt, "-p", "The", "-n", "12", "-t", "1", "-s", "3"], want_stdout=True)
         with self.subTest("the checkpoint gives the export's text"):
             self.assertTrue(code == 0 and code_ckpt == 0 and out_ckpt.startswith(out.decode().rstrip("\n")), out_ckpt)
+        code_dir, out_dir = run([binary("sample"), "-e", self.model_dir, "-p", "The", "-n", "12", "-t", "1", "-s", "3"], want_stdout=True)
+        with self.subTest("-e a run's directory: its latest checkpoint, said so"):
+            self.assertTrue(code_dir == 0 and "weights: %s (the latest checkpoint in" % ckpt in out_dir and out.decode().rstrip("\n") in out_dir, out_dir)
+        code, out_base = run([binary("chat_cli"), "-e", ckpt, "-p", "Hello", "-n", "4"])
+        with self.subTest("chat_cli on a base-training checkpoint: a note that it needs chat_sft"):
+            self.assertTrue(code == 0 and "note: this is a base model" in out_base and "./chat_sft --init-from" in out_base, out_base)
         code, out = run([binary("chat_cli"), "-e", self.model, "-p", "Hello", "-n", "8"])
         with self.subTest("chat -p: exit 0 and a speed line"):
             self.assertTrue(code == 0 and "tokens/s" in out, out)
@@ -154,6 +160,8 @@ class TestGenerate(xsatest.TempDirTest):
         sample, chat = binary("sample"), binary("chat_cli")
         check_one_error(self, [sample, "-e", self.model, "-p", "word " * 100], "the model's context is 64")
         check_one_error(self, [sample, "-p", "x"], "needs -e CHECKPOINT")
+        check_one_error(self, [sample, self.model], "is not an option (options start with -")
+        check_one_error(self, [sample, "-e", self.path()], "is a directory without a checkpoint")
         check_one_error(self, [sample, "-e", self.model, "-n", "0"], "-n must be >= 1")
         check_one_error(self, [sample, "-e", self.model, "-t", "-1"], "-t must be in [0, 100]")
         check_one_error(self, [sample, "-e", self.model, "-k", "x"], "-k expects an integer")
