@@ -59,7 +59,6 @@ stage that fails stops the run with the stage named and the command to rerun.
 Standard library only.
 """
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -242,14 +241,6 @@ def tokenizer_info(path):
     """(vocab size, BOS id) of a tokenizer file, or None."""
     h = read_ints(path, 4)
     return (h[2], h[3]) if h and h[0] == TOKENIZER_MAGIC else None
-
-
-def sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def task_dir_state(directory, magic, tok, vocab_bos, max_field, max_value, need_label=None):
@@ -485,7 +476,7 @@ class Speedrun:
             return False, f"{show(meta_path)} is of the '{meta.get('mixture')}' mixture, not the study's"
         if meta.get("source") != source:
             return False, f"{show(meta_path)} was made from {meta.get('source')}, not {show(source) if self.fixtures else source}"
-        if not os.path.isfile(self.tok_path) or meta.get("tokenizer_sha256") != sha256(self.tok_path):
+        if not os.path.isfile(self.tok_path) or meta.get("tokenizer_sha256") != climbmix.sha256_file(self.tok_path):
             return False, f"{show(meta_path)} was made with another tokenizer"
         for name in ("sft_train.bin", "sft_val.bin"):
             h = read_ints(os.path.join(self.data, "sft", name), 8)

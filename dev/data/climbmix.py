@@ -422,6 +422,16 @@ def tokenizer_file_bytes(enc, toks):
     return b"".join(out)
 
 
+def sha256_file(path):
+    """The SHA-256 of a file, hex, read 1 MiB at a time."""
+    import hashlib
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def write_atomic(path, data):
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:

@@ -26,7 +26,6 @@ built-in reader for the subset of YAML that eval bundles use.
 import argparse
 import array
 import csv
-import hashlib
 import json
 import os
 import random
@@ -554,14 +553,6 @@ def prepare_task(task, items, te, max_per_task, rb):
 # -----------------------------------------------------------------------------
 # Bundle download / unzip
 
-def _sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for b in iter(lambda: f.read(1 << 20), b""):
-            h.update(b)
-    return h.hexdigest()
-
-
 def download(url, dest, retries=5, timeout=60):
     """Download url to dest (via dest.tmp) with progress lines; checks the size against Content-Length."""
     tmp = dest + ".tmp"
@@ -624,7 +615,7 @@ def bundle_from_zip(src, cache_dir):
             raise CoreError(f"{zpath}: no such file")
     if not zipfile.is_zipfile(zpath):
         raise CoreError(f"{zpath}: not a zip file")
-    digest = _sha256(zpath)
+    digest = climbmix.sha256_file(zpath)
     stem = os.path.splitext(os.path.basename(zpath))[0]
     out = os.path.join(cache_dir, stem)
     stamp = os.path.join(out, ".xsa_zip_sha256")

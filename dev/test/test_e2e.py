@@ -27,6 +27,8 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import xsatest  # noqa: E402
 from xsatest import REPO, binary, check_one_error, needs_packages, read, run  # noqa: E402
+sys.path.insert(0, os.path.join(REPO, "dev", "data"))
+import test_core  # noqa: E402  (its independent reader of CORE task files)
 
 # a model small enough for a few steps in about a second (2 micro-batches of 2 rows x 32 tokens per step)
 TINY = "-d 1 --dim 32 --heads 2 -t 32 -b 2 -B 128 --warmup-steps 2 --eval-every 3 --eval-tokens 256 --sample-every -1"
@@ -319,16 +321,9 @@ class TestCoreEmptySpans(TempDirTest):
     @staticmethod
     def nanochat_correct(path, rng):
         """Per item of a task file, whether nanochat's rule gets it right: the same for 20 draws of random losses."""
-        data = read(path)
-        pos, out = 1024, []
-        for _ in range(struct.unpack_from("<i", data, 12)[0]):
-            n, gold = struct.unpack_from("<II", data, pos)
-            pos += 8
-            spans = []
-            for _ in range(n):
-                nt, s, e = struct.unpack_from("<III", data, pos)
-                spans.append((nt, s, e))
-                pos += 12 + 4 * nt
+        out = []
+        for gold, prompts in test_core.read_items(path):
+            spans = [(len(tokens), s, e) for tokens, s, e in prompts]
             T = max(nt for nt, _, _ in spans)
             verdicts = set()
             for _ in range(20):
