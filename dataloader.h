@@ -133,7 +133,7 @@ static inline void mapped_file_open(MappedFile* f, const std::string& path, cons
                                     CheckHeader check_header) {
     f->path = path;
     f->what = what;
-    int fd = open(path.c_str(), O_RDONLY);
+    int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // (a FIFO must not block the open: refused below)
     if (fd < 0) fail("cannot open %s '%s': %s", what, path.c_str(), strerror(errno));
     struct FdCloser {  // closed on every return and every fail() (which throws in the fuzz build)
         int fd;

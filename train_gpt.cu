@@ -2328,8 +2328,8 @@ static void run_checkpoint(Run<Loader>* run) {
     if (run->args.keep_checkpoints > 0 && g_ranks.rank == 0) remove_old_checkpoints(run->out_dir, run->args.keep_checkpoints);
 }
 
-// The end of a run stopped by SIGINT or SIGTERM, after a step: a checkpoint (there is -o: without, nothing to save), one line saying
-// where it stopped and how to go on, and the exit code of the signal (130, 143).
+// The end of a run stopped by SIGINT, SIGTERM or SIGHUP, after a step: a checkpoint (there is -o: without, nothing to save), one line saying
+// where it stopped and how to go on, and the exit code of the signal (130, 143, 129).
 template <typename Loader>
 [[noreturn]] static void run_stop(Run<Loader>* run, int sig) {
     // (only with -o: without, there is nothing to save and the request ended the run at once, on_stop_signal)
@@ -2348,7 +2348,9 @@ template <typename Loader>
     const std::string saved = std::string("resume with: ") + (g_ranks.launched ? "(every rank, started as this one was) " : "") + resume +
                               " --resume " + run->out_dir;
     metrics_close(&run->metrics);
-    if (g_ranks.rank == 0) printf("stopped by %s after step %d/%d; %s\n", sig == SIGINT ? "SIGINT" : "SIGTERM", run->loop.step, run->num_steps, saved.c_str());
+    if (g_ranks.rank == 0)
+        printf("stopped by %s after step %d/%d; %s\n", sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM", run->loop.step, run->num_steps,
+               saved.c_str());
     exit(128 + sig);
 }
 

@@ -462,7 +462,7 @@ def run_all(binary, study, todo, max_runs):
             proc.returncode = os.waitstatus_to_exitcode(status)
             log.close()
             code = proc.returncode
-            if code in (130, 143) or code < 0:
+            if code in (129, 130, 143) or code < 0:  # SIGHUP, SIGINT, SIGTERM: the trainer checkpointed and stopped
                 print(f"study: {name} stopped by a signal with its checkpoint; rerun the same command to go on", flush=True)
                 stopped.append(code)
             elif code != 0 and failure is None:

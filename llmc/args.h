@@ -294,9 +294,34 @@ static void check_run_args(const Args& args) {
 // checkpoint), so check_outputs refuses them unless --overwrite, and run_open_metrics deletes them then.
 static std::vector<std::string> run_files(const std::string& dir) {
     std::vector<std::string> files;
-    for (const char* pattern : {"/metrics.jsonl", "/ckpt_*.safetensors", "/ckpt_*.safetensors.tmp", "/core_*.csv", "/chatcore_*.csv"})
+    for (const char* pattern : {"/metrics.jsonl", "/ckpt_*.safetensors", "/ckpt_*.tmp", "/core_*.csv", "/chatcore_*.csv"})
         for (const std::string& f : matching_files(dir + pattern)) files.push_back(f);
     return files;
+}
+
+// Whether two paths name one existing file (device and inode: a link or another spelling of the path is the same)
+static bool same_file(const std::string& x, const std::string& y) {
+    struct stat sx, sy;
+    return stat(x.c_str(), &sx) == 0 && stat(y.c_str(), &sy) == 0 && sx.st_dev == sy.st_dev && sx.st_ino == sy.st_ino;
+}
+
+// --export-safetensors must not overwrite what the run reads (its data, tokenizer, weights, CORE tasks) or its own
+// files (checkpoints, metrics), existing ones or those it will write into its directory.
+static void check_export_path(const Args& a) {
+    const std::string& out = !a.output_dir.empty() ? a.output_dir : a.resume_dir;
+    std::vector<std::string> files = {a.tokenizer_path, a.init_from};
+    for (const std::string& pattern : {a.train_pattern, a.val_pattern, a.core_dir + "/*"})
+        for (const std::string& f : matching_files(pattern)) files.push_back(f);
+    if (!out.empty())
+        for (const std::string& f : run_files(out)) files.push_back(f);
+    for (const std::string& f : files)
+        if (!f.empty() && same_file(a.export_path, f))
+            fail("--export-safetensors '%s' is '%s', which this run reads or writes; export to another path", a.export_path.c_str(), f.c_str());
+    const size_t slash = a.export_path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : a.export_path.substr(0, slash);
+    const std::string name = a.export_path.substr(slash == std::string::npos ? 0 : slash + 1);
+    if (!out.empty() && same_file(dir, out) && (name == "metrics.jsonl" || (name.rfind("ckpt_", 0) == 0 && name != "ckpt_best.safetensors")))
+        fail("--export-safetensors '%s' is a name this run gives its own files in '%s'; export to another name", a.export_path.c_str(), out.c_str());
 }
 
 static void check_outputs(const Args& a) {
@@ -319,6 +344,7 @@ static void check_outputs(const Args& a) {
     const std::string& out = !a.output_dir.empty() ? a.output_dir : a.resume_dir;
     if (!out.empty() && mkdir(out.c_str(), 0755) != 0 && errno != EEXIST) fail("cannot create '%s': %s", out.c_str(), strerror(errno));
     if (a.export_path.empty()) return;
+    check_export_path(a);
     struct stat st;
     if (stat(a.export_path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) fail("--export-safetensors '%s' is a directory", a.export_path.c_str());
     const size_t slash = a.export_path.rfind('/');

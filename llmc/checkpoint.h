@@ -13,7 +13,7 @@
 // when it is killed), so a second run into the same directory cannot interleave checkpoints and metrics.
 static void lock_run_dir(const std::string& dir) {
     const std::string path = dir + "/.lock";
-    const int fd = open(path.c_str(), O_CREAT | O_RDWR, 0644);
+    const int fd = open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
     if (fd < 0) fail("cannot write into '%s': %s", dir.c_str(), strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB) != 0)
         fail("another run is using '%s' (it holds %s); wait for it to end, or use another -o", dir.c_str(), path.c_str());
@@ -208,6 +208,14 @@ static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt,
     gpt_load_weights(model, f);
     optimizer_load_state(opt, model, f, path);
     loop->step = (int)metadata_int(f, "step", 0, INT_MAX);
+    // a checkpoint named for its step (ckpt_<step>.safetensors) must hold that step: --resume takes the highest name
+    const size_t slash = path.rfind('/');
+    const std::string name = path.substr(slash == std::string::npos ? 0 : slash + 1);
+    if (name.rfind("ckpt_", 0) == 0 && name.size() > 17 && name.compare(name.size() - 12, 12, ".safetensors") == 0) {
+        const std::string digits = name.substr(5, name.size() - 17);
+        if (digits.find_first_not_of("0123456789") == std::string::npos && atol(digits.c_str()) != loop->step)
+            fail("'%s' is named for step %ld but holds step %d (renamed, or its metadata edited?)", path.c_str(), atol(digits.c_str()), loop->step);
+    }
     opt->step = (int)metadata_int(f, "optimizer_step", loop->step, INT_MAX);  // one update per step, after SFT's base run's
     if (ranks == g_ranks.world) dataloader_restore(train, checkpoint_loader_state(f, g_ranks.rank, path), path.c_str());
     else loader_restore_resharded(train, f, ranks, path);

@@ -55,6 +55,8 @@ struct FuzzReject {
 }
 
 static inline FILE* fopen_or_fail(const char* path, const char* mode) {
+    struct stat st;  // a FIFO or a device would block or never end: refused before it is opened
+    if (mode[0] == 'r' && stat(path, &st) == 0 && !S_ISREG(st.st_mode)) fail("'%s' is not a regular file", path);
     FILE* f = fopen(path, mode);
     if (f == nullptr) fail("cannot open '%s' (mode %s): %s", path, mode, strerror(errno));
     return f;
@@ -108,7 +110,7 @@ static inline void atomic_fail(AtomicFile* a, const char* what) {
 }
 
 static inline AtomicFile atomic_open(const std::string& path) {
-    AtomicFile a{path, path + ".tmp", nullptr};
+    AtomicFile a{path, path + "." + std::to_string(getpid()) + ".tmp", nullptr};  // one per process: two writers never share one
     a.f = fopen(a.tmp.c_str(), "wb");
     if (a.f == nullptr) fail("cannot write '%s': %s", a.tmp.c_str(), strerror(errno));
     return a;

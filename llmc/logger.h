@@ -68,7 +68,7 @@ struct MetricsLog {
 // append: continue the log (after truncate_metrics on resume), else start it anew.
 static inline void metrics_open(MetricsLog* log, const std::string& path, bool append) {
     log->path = path;
-    log->fd = open(path.c_str(), O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC), 0644);
+    log->fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
     if (log->fd < 0) fail("cannot open '%s' for writing: %s", path.c_str(), strerror(errno));
     struct stat st;
     log->complete = fstat(log->fd, &st) == 0 ? st.st_size : 0;

@@ -186,6 +186,7 @@ static void ranks_forward_signal(int sig) {
     forward.sa_flags = SA_RESTART;  // waitpid below goes on waiting
     sigaction(SIGINT, &forward, nullptr);
     sigaction(SIGTERM, &forward, nullptr);
+    sigaction(SIGHUP, &forward, nullptr);
     int code = 0, failed_rank = -1;
     bool stopped = false;
     double failed_at = 0.0;
@@ -215,7 +216,7 @@ static void ranks_forward_signal(int sig) {
                     failed_rank = (int)r;
                     // a rank that stopped on SIGINT/SIGTERM exited after its last step, as all the ranks do: the
                     // others are not stopped (rank 0 may still be writing the checkpoint)
-                    const bool stop_requested = WIFEXITED(status) && (code == 128 + SIGINT || code == 128 + SIGTERM);
+                    const bool stop_requested = WIFEXITED(status) && (code == 128 + SIGINT || code == 128 + SIGTERM || code == 128 + SIGHUP);
                     failed_at = stop_requested ? INFINITY : wall_ms();
                 }
             }
@@ -634,7 +635,7 @@ static inline std::vector<std::vector<int64_t>> ranks_gather(const std::vector<i
 // ----------------------------------------------------------------------------------------------------
 // Stopping together
 
-// SIGINT and SIGTERM (Ctrl-C, a scheduler's pre-emption) ask the run to stop after the current optimizer
+// SIGINT, SIGTERM and SIGHUP (Ctrl-C, a scheduler's pre-emption, a closed terminal) ask the run to stop after the current optimizer
 // step, with a checkpoint (run_train's loop, run_stop). A second request, a second or more after the first,
 // ends the process at once: the handler restores the default action and raises the signal again. (Two
 // copies of one request, e.g. from the terminal and from the --ranks supervisor, arrive together.)
@@ -695,6 +696,8 @@ static void install_stop_handlers() {
     stop.sa_flags = SA_RESTART;
     sigaction(SIGINT, &stop, nullptr);
     sigaction(SIGTERM, &stop, nullptr);
+    sigaction(SIGHUP, &stop, nullptr);  // the terminal of an ssh session closed: stop as SIGTERM does, with a checkpoint
+    signal(SIGXFSZ, SIG_IGN);  // past `ulimit -f` a write fails (EFBIG: an error line) instead of killing the run
 }
 
 // The signal that asked the run to stop, 0 if none; with several ranks, any rank's (all of them must

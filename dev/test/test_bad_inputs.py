@@ -818,6 +818,18 @@ class TestCheckpoints(Case):
         resumed = [l for l in out.splitlines() if l.startswith("resumed from")]
         self.assertEqual(resumed, ["resumed from %s/ckpt_1000000.safetensors at step 1000000" % d], "the wrong checkpoint was taken")
 
+    def test_step_not_the_name(self):
+        """checkpoint: ckpt_000009 holding step 3 (renamed) -> one error naming both steps"""
+        self.resume_case(self.edit(), ["named for step 9 but holds step 3"], name="ckpt_000009.safetensors")
+
+    def test_fifo_named_like_a_checkpoint(self):
+        """checkpoint: a FIFO named ckpt_000009.safetensors -> one error at once (the open never blocks)"""
+        d = self.path("run")
+        os.makedirs(d)
+        os.mkfifo(os.path.join(d, "ckpt_000009.safetensors"))
+        self.file(os.path.join("run", "metrics.jsonl"), self.fx.metrics)
+        self.rejects(train(BASE + " --resume " + q(d)), ["is not a regular file"])
+
 
 # ----------------------------------------------------------------------------------------------------
 # CORE task files (llmc/core.h): eval_core -c and train_gpt --core-tasks
@@ -1136,6 +1148,18 @@ class TestFlags(Case):
 # Output paths (train_gpt.cu run_setup_model, run_finish, save_checkpoint; llmc/common.h, llmc/logger.h)
 
 class TestOutputs(Case):
+    def test_export_onto_an_input(self):
+        """outputs: --export-safetensors naming the run's tokenizer, a training shard (through a link) or one of its own
+        checkpoints -> one error naming it, nothing written"""
+        link = self.path("shard_link.bin")
+        os.symlink(os.path.join(REPO, "dev/data/devil/train_000000.bin"), link)
+        before = craft.read(os.path.join(REPO, "dev/data/devil/train_000000.bin"))
+        self.rejects(train(TINY + " -n 1 --export-safetensors " + q(link)), ["which this run reads or writes"])
+        self.rejects(train(TINY + " -n 1 --export-safetensors dev/data/devil/tokenizer.bin"), ["which this run reads or writes"])
+        self.rejects(train(TINY + " -n 1 -o %s --export-safetensors %s" % (q(self.path("o")), q(self.path("o", "ckpt_000001.safetensors")))),
+                     ["a name this run gives its own files"])
+        self.assertEqual(craft.read(os.path.join(REPO, "dev/data/devil/train_000000.bin")), before)
+
     def test_export_missing_directory(self):
         """outputs: --export-safetensors into a missing directory -> one error naming the file, no .tmp"""
         p = self.path("missing", "w.safetensors")

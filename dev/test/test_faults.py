@@ -78,6 +78,30 @@ class Faults(xsatest.TempDirTest):
         self.assertLess(time.time() - t0, 1.0)
         self.assertIn(b"stopped at once: nothing to save", text)
 
+    def test_sighup_stops_like_sigterm(self):
+        # the terminal of an ssh session closes: SIGHUP stops the run after its step with a checkpoint (exit 129)
+        out = os.path.join(self.dir, "hup")
+        p = self.start(out, 100000, ["-o", out])
+        deadline = time.time() + 30
+        while not os.path.exists(os.path.join(out, "metrics.jsonl")) and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        p.send_signal(signal.SIGHUP)
+        text = p.communicate(timeout=60)[0].decode("utf-8", "replace")
+        self.assertEqual(p.returncode, 129, text[-2000:])
+        self.assertIn("stopped by SIGHUP after step ", text)
+        self.assertTrue(any(f.startswith("ckpt_") for f in os.listdir(out)), os.listdir(out))
+
+    def test_file_size_limit_is_an_error(self):
+        # past `ulimit -f` (SIGXFSZ ignored) a write fails with one error line, not a kill by the signal
+        out = os.path.join(self.dir, "fsize")
+        p = subprocess.run(["bash", "-c", "ulimit -f 64; exec \"$@\"", "bash", xsatest.binary("train_gpt_cpu")] + TINY +
+                           ["-n", "4", "--save-every", "2", "-o", out], cwd=xsatest.REPO, stdin=subprocess.DEVNULL, capture_output=True)
+        err = p.stderr.decode("utf-8", "replace")
+        self.assertEqual(p.returncode, 1, "exit %d (want 1, not killed by SIGXFSZ): %s" % (p.returncode, err))
+        self.assertEqual(len(err.strip().splitlines()), 1, err)
+        self.assertTrue(err.startswith("error: ") and "ckpt_000002" in err, err)
+
     def test_one_run_per_directory(self):
         out = os.path.join(self.dir, "busy")
         first = self.start(out, 400, ["-o", out])
