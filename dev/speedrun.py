@@ -356,7 +356,8 @@ class Speedrun:
     def __init__(self, args):
         self.args = args
         self.depth = args.depth
-        self.data = os.path.abspath(os.path.expanduser(args.data_dir or os.environ.get("XSA_DATA_DIR") or
+        env = os.environ.get("XSA_DATA_DIR")  # ("none": the trainer's embedded corpus, no data directory)
+        self.data = os.path.abspath(os.path.expanduser(args.data_dir or (env if env != "none" else None) or
                                                        os.path.join("~", ".cache", "xsa-train", "climbmix")))
         self.out = (os.path.abspath(os.path.expanduser(args.out)) if args.out else
                     os.path.join(REPO, "dev", "studies", "out", f"speedrun_d{args.depth}"))

@@ -110,10 +110,17 @@ struct Args {
 // report: say what was found (not when parsing a resumed run's recorded arguments, which the resume parses again)
 static void default_data(Args* args, bool core_given, bool report) {
     const char* env = getenv("XSA_DATA_DIR");
+    if (env && !strcmp(env, "none")) return;  // XSA_DATA_DIR=none: the embedded corpus whatever the cache holds (the test suites)
     const char* home = getenv("HOME");
     const std::string dir = env && *env ? env : std::string(home ? home : "") + "/.cache/xsa-train/climbmix";
     auto exists = [](const std::string& pattern) { return !matching_files(pattern).empty(); };
-    if (!exists(dir + "/tokenizer.bin") || !exists(dir + "/train_*.bin") || !exists(dir + "/val_*.bin")) return;
+    if (!exists(dir + "/tokenizer.bin") || !exists(dir + "/train_*.bin") || !exists(dir + "/val_*.bin")) {
+        if (env && *env)  // named on purpose: never a silent fallback to the embedded corpus
+            fail("XSA_DATA_DIR is '%s', which lacks %s (python3 dev/data/climbmix.py --out %s prepares it; unset XSA_DATA_DIR for the "
+                 "embedded corpus)", dir.c_str(), !exists(dir + "/tokenizer.bin") ? "tokenizer.bin" : !exists(dir + "/train_*.bin") ? "train_*.bin" : "val_*.bin",
+                 dir.c_str());
+        return;
+    }
     args->train_pattern = dir + "/train_*.bin";
     args->val_pattern = dir + "/val_*.bin";
     args->tokenizer_path = dir + "/tokenizer.bin";

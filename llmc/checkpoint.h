@@ -201,6 +201,11 @@ static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt,
     if (data_seed != std::to_string(loader_data_seed(train)))
         fail("'%s' was written with --data-seed %s, this run has %llu; resume with --data-seed %s (it decides the data order)", path.c_str(),
              data_seed.c_str(), (unsigned long long)loader_data_seed(train), data_seed.c_str());
+    if (f.metadata.count("tokenizer_fingerprint") && !model->tokenizer_fingerprint.empty() &&
+        f.meta("tokenizer_fingerprint") != model->tokenizer_fingerprint)  // the same vocabulary size is not the same tokenizer
+        fail("'%s' was trained with the tokenizer '%s' (fingerprint %s); this run's '%s' has other tokens (%s): resume with --tokenizer %s",
+             path.c_str(), f.metadata.count("tokenizer") ? f.meta("tokenizer").c_str() : "?", f.meta("tokenizer_fingerprint").c_str(),
+             model->tokenizer_path.c_str(), model->tokenizer_fingerprint.c_str(), f.metadata.count("tokenizer") ? f.meta("tokenizer").c_str() : "FILE");
     const std::string data = data_fingerprint(train);
     if (f.meta("data") != data && !allow_other_data)
         fail("'%s' was trained on other data (fingerprint %s; these shards give %s): resume on the same shards, or add "

@@ -818,6 +818,18 @@ class TestCheckpoints(Case):
         resumed = [l for l in out.splitlines() if l.startswith("resumed from")]
         self.assertEqual(resumed, ["resumed from %s/ckpt_1000000.safetensors at step 1000000" % d], "the wrong checkpoint was taken")
 
+    def test_other_tokenizer_of_the_same_size(self):
+        """checkpoint: resumed with a tokenizer of the same vocabulary whose tokens differ (two swapped) -> one error naming
+        the run's tokenizer"""
+        fx = self.fx
+        records = list(fx.tok_records)
+        records[300], records[301] = records[301], records[300]
+        tok = self.file("other_tokenizer.bin", craft.tokenizer(records, fx.bos, fx.tok_prompts))
+        d = self.path("run")
+        self.file(os.path.join("run", "ckpt_000003.safetensors"), fx.ckpt3)
+        self.file(os.path.join("run", "metrics.jsonl"), fx.metrics)
+        self.rejects(train(BASE + " --tokenizer " + q(tok) + " --resume " + q(d)), ["was trained with the tokenizer", "resume with --tokenizer"])
+
     def test_step_not_the_name(self):
         """checkpoint: ckpt_000009 holding step 3 (renamed) -> one error naming both steps"""
         self.resume_case(self.edit(), ["named for step 9 but holds step 3"], name="ckpt_000009.safetensors")

@@ -19,8 +19,9 @@ class DefaultData(xsatest.TempDirTest):
 
     def setUp(self):
         super().setUp()
-        saved = os.environ.get("XSA_DATA_DIR")
-        self.addCleanup(lambda: os.environ.pop("XSA_DATA_DIR", None) if saved is None else os.environ.update(XSA_DATA_DIR=saved))
+        for key in ("XSA_DATA_DIR", "HOME"):
+            saved = os.environ.get(key)
+            self.addCleanup(lambda key=key, saved=saved: os.environ.pop(key, None) if saved is None else os.environ.update({key: saved}))
 
     def cache(self, with_core):
         """A ClimbMix-style cache directory (the embedded files under climbmix.py's output names)."""
@@ -58,8 +59,18 @@ class DefaultData(xsatest.TempDirTest):
         self.assertNotIn("ClimbMix", out)
         self.assertIn("data: 1 training shards (dev/data/devil/train_*.bin)", out)
 
+    def test_data_dir_named_but_unusable(self):
+        # XSA_DATA_DIR set on purpose but without the data: one error naming what is missing, not the embedded corpus
+        os.makedirs(os.path.join(self.dir, "half"))
+        shutil.copy(os.path.join(DEVIL, "tokenizer.bin"), os.path.join(self.dir, "half", "tokenizer.bin"))
+        os.environ["XSA_DATA_DIR"] = os.path.join(self.dir, "half")
+        xsatest.check_one_error(self, [xsatest.binary("train_gpt_cpu")] + TINY + ["-n", "1"], "XSA_DATA_DIR is '%s', which lacks train_*.bin"
+                                % os.path.join(self.dir, "half"))
+
     def test_embedded_corpus_read_many_times_warns(self):
-        os.environ["XSA_DATA_DIR"] = os.path.join(self.dir, "nothing")
+        # no ClimbMix cache: XSA_DATA_DIR unset and a HOME without ~/.cache/xsa-train/climbmix
+        os.environ.pop("XSA_DATA_DIR", None)
+        os.environ["HOME"] = self.dir
         # 8000 steps of 128 tokens read the 93K tokens 11 times; the warning comes with the data, before the
         # model is built, so a missing --init-from file ends the run right after it
         code, out = self.train("-n", "8000", "--core-every", "-1", "--init-from", os.path.join(self.dir, "missing.safetensors"))
