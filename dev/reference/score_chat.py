@@ -28,7 +28,10 @@ Per task file (index.txt order), the first K items (--max-per-task, default all)
   (special tokens as their text). GSM8K and SpellingBee (the gsm8k checker): correct iff extract_answer(answer) ==
   the reference number. HumanEval:
   program = imports + "\\n\\n" + extract_program(answer) + "\\n\\n" + test + "\\n" + "check(entry_point)", run by
-  execute_code (a fresh python subprocess behind nanochat's guard, 5 s, 256 MB); correct iff it exits with 0.
+  execute_code (a fresh python subprocess behind nanochat's guard, 5 s, 256 MB); correct iff it runs to its end (a
+  marker written after it arrives) and exits with 0. nanochat 92d63d4 counts the exit status only, so that a program
+  that calls sys.exit(0) before its tests passes; its runner before f4f69f9 (2026-07-03, the study's) and OpenAI's
+  HumanEval count that as a failure, and so do this and the trainer (dev/docs/evaluation.md#chatcore).
 
 Accuracy per task; centered = (acc - baseline) / (1 - baseline); ChatCORE = the mean of the centered accuracies
 (nanochat prints it only when all five tasks ran, or all six with SpellingBee before July 2026; with fewer
@@ -39,6 +42,7 @@ import collections
 import json
 import os
 import re
+import secrets
 import signal
 import struct
 import subprocess
@@ -245,18 +249,33 @@ for name in ("ipdb", "joblib", "resource", "psutil", "tkinter"):
 
 def execute_code(code, timeout=5.0, maximum_memory_bytes=256 * 1024 * 1024):
     """execution.py execute_code: (success, error line or None). The guard, then the code exec'd from its repr,
-    with sys.executable -c in a temporary directory, PATH=/usr/bin:/bin only, no stdin."""
+    with sys.executable -c in a temporary directory, PATH=/usr/bin:/bin only, no stdin. Success needs the exit
+    status 0 and the marker (a nonce) that the statement after the code writes to a pipe: a program that exits
+    with 0 before its end fails, as in nanochat's runner before f4f69f9 (not 92d63d4's; module docstring)."""
     guard = GUARD.format(maximum_memory_bytes=maximum_memory_bytes)
-    program = guard + f"\nexec(compile({code!r}, '<llm>', 'exec'), {{'__name__': '__main__'}})\n"
-    with tempfile.TemporaryDirectory() as tmpdir:
-        try:
-            # errors="replace": a program may write any bytes, and only the exit status decides
-            p = subprocess.run([sys.executable, "-c", program], cwd=tmpdir, env={"PATH": "/usr/bin:/bin"},
+    nonce = secrets.token_hex(16)
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)  # (a process the program left may hold the write end)
+    program = (guard + f"\npassed = os.write\nexec(compile({code!r}, '<llm>', 'exec'), {{'__name__': '__main__'}})\n"
+               f"passed({write_end}, b'{nonce}')\n")
+    try:
+        with tempfile.TemporaryDirectory() as tmpdir:
+            # errors="replace": a program may write any bytes, and only the exit status and the marker decide
+            p = subprocess.run([sys.executable, "-c", program], cwd=tmpdir, env={"PATH": "/usr/bin:/bin"}, pass_fds=(write_end,),
                                stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace", timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return False, "Execution timed out (process killed)"
-    if p.returncode == 0:
+        try:
+            marked = os.read(read_end, 64) == nonce.encode()
+        except BlockingIOError:
+            marked = False
+    except subprocess.TimeoutExpired:
+        return False, "Execution timed out (process killed)"
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    if p.returncode == 0 and marked:
         return True, None
+    if p.returncode == 0:
+        return False, "Exited with 0 before the end of the program"
     return False, (p.stderr.strip().splitlines() or ["Execution failed"])[-1]
 
 

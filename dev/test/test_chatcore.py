@@ -5,8 +5,9 @@ model of the embedded tokenizer, base-trained 200 steps and fine-tuned 80 SFT st
 every item's verdict, chosen letter and greedy answer (64 tokens, with the calculator tool) equal to the
 independent PyTorch scorer's in float64 (dev/reference/score_chat.py, its output committed as
 dev/reference/data/chat_scores.json); the same aggregates over 2 ranks; bad task files and options end in
-one error line; chat_eval killed mid-HumanEval leaves no program running. The answer checkers and HumanEval's test
-process are checked by dev/test/test_infra.cu, the calculator against Python by dev/data/test_calculator.py.
+one error line; chat_eval killed mid-HumanEval leaves no program running; a hostile HumanEval program stays inside its
+boundary. The answer checkers and HumanEval's test process are checked by dev/test/test_infra.cu, the calculator
+against Python by dev/data/test_calculator.py.
 
     python3 dev/test/test_chatcore.py        (or all suites: make test)
 
@@ -90,44 +91,95 @@ class TestChatCore(xsatest.TempDirTest):
         table = lambda out: [line for line in out.split("\n") if re.match(r"(ARC|MMLU|GSM8K|HumanEval|ChatCORE )", line)]  # noqa: E731
         self.assertTrue(code == 0 and len(table(one)) == 6 and table(one) == table(two), "1 rank:\n%s\n2 ranks:\n%s" % (one, two))
 
-    def test_killed_mid_humaneval(self):
-        """chat_eval killed (SIGKILL) while a HumanEval program runs: the program dies with it, none is left running"""
+    def humaneval_task(self, imports):
+        """A task directory of one HumanEval item (the first of the mini bundle's prompts) whose program is `imports`:
+        the answer and the tests follow as the text of a raw string (never run: a program that reaches them fails)."""
         good = read(os.path.join(REPO, TASKS, "05_HumanEval.bin"))
         (n_prompt,) = struct.unpack_from("<I", good, 1024)
-        marker = self.path("humaneval_running")  # in the program's text, so in its command line (python3 -c PROGRAM)
-        # the imports run first: they record the process and sleep; the answer and the tests are the text of a raw string
-        strings = [("import os, time\nopen(%r, 'w').write(str(os.getpid()))\ntime.sleep(300)\nr'''" % marker).encode(),
-                   b"'''\ndef check(f):\n    pass", b"f"]
+        strings = [(imports + "\nr'''").encode(), b"'''\ndef check(f):\n    pass", b"f"]
         item = good[1024:1028 + 4 * n_prompt] + struct.pack("<III", 0, 0, len(strings)) + b"".join(struct.pack("<I", len(s)) + s for s in strings)
         os.makedirs(self.path("tasks"))
         with open(self.path("tasks", "05_HumanEval.bin"), "wb") as f:
             f.write(good[:12] + struct.pack("<i", 1) + good[16:1024] + item)
         with open(self.path("tasks", "index.txt"), "w") as f:
             f.write("05_HumanEval.bin HumanEval generative 1 0\n")
+        return self.path("tasks")
 
-        def running():
-            """the processes whose command line holds the marker (a zombie's is empty)"""
-            return [int(d) for d in os.listdir("/proc") if d.isdigit() and marker.encode() in read("/proc/%s/cmdline" % d)]
+    @staticmethod
+    def running(mark):
+        """the processes whose command line holds `mark` (a zombie's is empty)"""
+        return [int(d) for d in os.listdir("/proc") if d.isdigit() and mark.encode() in read("/proc/%s/cmdline" % d)]
 
-        p = subprocess.Popen([binary("chat_eval"), "-e", MODEL, "-c", self.path("tasks"), "--max-new", "1"], cwd=REPO,
+    def test_killed_mid_humaneval(self):
+        """chat_eval killed (SIGKILL) while a HumanEval program runs: the program dies with it, none is left running"""
+        mark = self.path("humaneval_running")  # in the program's text, so in its command line (python3 -c PROGRAM)
+        tasks = self.humaneval_task("import time\ntime.sleep(300)  # %s" % mark)
+        p = subprocess.Popen([binary("chat_eval"), "-e", MODEL, "-c", tasks, "--max-new", "1"], cwd=REPO,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 120
-        while not read(marker) and p.poll() is None and time.time() < deadline:
+        while not self.running(mark) and p.poll() is None and time.time() < deadline:
             time.sleep(0.02)
-        pid = int(read(marker) or 0)
-        workdir = os.readlink("/proc/%d/cwd" % pid) if pid else ""  # the program's temporary directory: a killed chat_eval leaves it
+        pids = self.running(mark)
+        workdir = os.readlink("/proc/%d/cwd" % pids[0]) if pids else ""  # the program's temporary directory: a killed chat_eval leaves it
         p.kill()
         p.wait()
         deadline = time.time() + 5
-        while running() and time.time() < deadline:
+        while self.running(mark) and time.time() < deadline:
             time.sleep(0.02)
-        left = running()
+        left = self.running(mark)
         for q in left:
             os.kill(q, signal.SIGKILL)
         if workdir.startswith("/tmp/xsa_humaneval_"):
             shutil.rmtree(workdir, ignore_errors=True)
-        self.assertTrue(pid > 0, "the HumanEval program did not start (chat_eval exited %s)" % p.returncode)
-        self.assertEqual(left, [], "the HumanEval program (pid %d) outlived chat_eval" % pid)
+        self.assertTrue(pids, "the HumanEval program did not start (chat_eval exited %s)" % p.returncode)
+        self.assertEqual(left, [], "the HumanEval program (pid %s) outlived chat_eval" % pids)
+
+    def test_humaneval_boundary(self):
+        """a HumanEval program that crosses every line it can, run by chat_eval: it starts a process in a session of its
+        own, writes to every descriptor past the pass marker's (chat_eval was given a file open at 100), kills its parent
+        and every process whose command line names this test's task directory, then exits with 0 before its tests.
+        chat_eval finishes, the answer counts wrong, the file stays empty and no process is left behind
+        (dev/docs/evaluation.md#chatcore). Needs the namespaces, where the kernel allows them (chat_eval's note says
+        when it does not)."""
+        mark = "xsa_survivor_%d_%s" % (os.getpid(), os.path.basename(self.dir))
+        tasks = self.humaneval_task(
+            "import os, posix, sys\n"
+            "if posix.fork() == 0:\n"
+            "    os.setsid()\n"
+            "    posix.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', %r])\n"
+            "for fd in range(4, 1024):\n"
+            "    try:\n"
+            "        os.write(fd, b'leaked\\n')\n"
+            "    except OSError:\n"
+            "        pass\n"
+            "evaluators = [int(d) for d in os.listdir('/proc') if d.isdigit() and int(d) != os.getpid() and %r in open('/proc/%%s/cmdline' %% d, 'rb').read()]\n"
+            "for pid in [os.getppid()] + evaluators:\n"
+            "    try:\n"
+            "        posix.kill(pid, 9)\n"
+            "    except OSError:\n"
+            "        pass\n"
+            "sys.exit(0)" % (mark, self.path("tasks").encode()))
+        inherited = os.open(self.path("inherited.txt"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        os.dup2(inherited, 100)
+        try:
+            p = subprocess.run([binary("chat_eval"), "-e", MODEL, "-c", tasks, "--max-new", "1", "--answers", self.path("answers.jsonl")], cwd=REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(100,), timeout=300)
+        finally:
+            os.close(100)
+            os.close(inherited)
+        out = p.stdout.decode(errors="replace")
+        if "runs without namespaces" in out:
+            self.skipTest(out.strip().split("\n")[0])
+        time.sleep(0.1)
+        left = self.running(mark)
+        for q in left:
+            os.kill(q, signal.SIGKILL)
+        self.assertEqual(p.returncode, 0, "chat_eval did not finish (killed by the program?)\n" + out)
+        with open(self.path("answers.jsonl")) as f:
+            verdicts = [json.loads(line)["correct"] for line in f]
+        self.assertEqual(verdicts, [False], "the program exited with 0 before its tests: wrong")
+        self.assertEqual(read(self.path("inherited.txt")), b"", "the program wrote to chat_eval's descriptor")
+        self.assertEqual(left, [], "a process the program started outlived it")
 
     def test_bad_inputs(self):
         """bad options and task files: exit 1, one error line"""

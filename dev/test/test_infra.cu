@@ -4,9 +4,9 @@ parser, phase timing, the safetensors round trip of a model's weights, the data 
 on a hand-made stream, its state restored, 2 ranks' states resumed on 3, a shard truncated during a run),
 bits per byte by hand, SFT packing of conversations, resume (bit-identical to an uninterrupted run),
 `--ranks 2` against the same step in one process, CORE (rendering, centering, scores against the PyTorch
-scorer, empty answer spans scored as nanochat) and ChatCORE's answer checkers, HumanEval's test process and
-the calculator tool. Prints one line per check and ends with `N passed, N failed`; exits non-zero on any
-failure. The numerics (the model against the PyTorch references, optimizers, kernels, the CUDA suite) are
+scorer, empty answer spans scored as nanochat) and ChatCORE's answer checkers, HumanEval's test process and its
+boundary, and the calculator tool. Prints one line per check and ends with `N passed, N failed`; exits non-zero
+on any failure. The numerics (the model against the PyTorch references, optimizers, kernels, the CUDA suite) are
 test_xsa.cu's; the binaries end to end are tested by dev/test/test_e2e.py and the other dev/test/test_*.py.
 
 CPU only: built with g++ (-I. for train_gpt.cu), not nvcc. It runs from the repository root: it reads
@@ -682,7 +682,7 @@ static void test_chatcore_checkers(const Tokenizer& tok) {
             {"def add_one(x):\n    while True: pass", false, "one that loops (killed after 5 s)"},
             {"def add_one(x):\n    return len(bytearray(1 << 30)) and x + 1", false, "one that asks for 1 GiB (256 MB limit)"},
             {"import os\ndef add_one(x):\n    os.remove('/tmp/nothing')\n    return x + 1", false, "one that deletes a file (disabled)"},
-            {"def add_one(x):\n    return x + 1\nimport sys\nsys.exit(0)", true, "one that exits with 0 before the test: passes, as in nanochat"},
+            {"def add_one(x):\n    return x + 1\nimport sys\nsys.exit(0)", false, "one that exits with 0 before the test (no pass marker)"},
         };
         for (const auto& r : runs) {
             const double t0 = wall_ms();
@@ -838,7 +838,7 @@ static void test_chatcore_text_as_python() {
 // A program's process that escapes the deadline's kill and the death signal (its own session, started by a process
 // the program started) and burns CPU dies of RLIMIT_CPU, ceil(timeout) + 2 s of CPU: the program starts a watcher
 // that way, which starts the burner and records how it ended. (Without the limit the burner would run forever: it
-// is killed here after 30 s.)
+// is killed here after 30 s.) Without namespaces: with them the burner dies with PID 1 (test_humaneval_boundary).
 static void test_humaneval_cpu_limit() {
     const std::string pid_file = tmp_path("burner.pid"), status_file = tmp_path("burner.status");
     const std::string burner = "import os\nopen(" + python_literal(pid_file) + ", 'w').write(str(os.getpid()))\nwhile True: pass\n";
@@ -846,13 +846,113 @@ static void test_humaneval_cpu_limit() {
                                 "])\np.wait()\nopen(" + python_literal(status_file) + ", 'w').write(str(p.returncode))\n";
     const std::string program = "import os, sys\nos.posix_spawn(sys.executable, [sys.executable, '-c', " + python_literal(watcher) + "], {}, setsid=True)\n";
     const double t0 = wall_ms();
-    const bool passed = python_run_passes(program, 1.0);
+    const bool passed = python_run_passes(program, 1.0, false);
     std::string status;
     while ((status = read_file(status_file)).empty() && wall_ms() - t0 < 30000.0) usleep(20000);
     const std::string pid = read_file(pid_file);
     if (status.empty() && !pid.empty()) kill(atoi(pid.c_str()), SIGKILL);
     check(passed && status == std::to_string(-SIGXCPU), "HumanEval test process: a detached process burning CPU dies of SIGXCPU (RLIMIT_CPU 3 s at a "
           "1 s deadline): status '%s' after %.1f s", status.c_str(), (wall_ms() - t0) / 1000.0);
+}
+
+// HumanEval's boundary (chatcore.h; dev/docs/evaluation.md#humanevals-boundary says what it stops), each measure against a
+// program written to cross it. The programs end normally iff the boundary held (an assert says what crossed it
+// otherwise), except the early exits, whose verdict is the point. The measures that hold without namespaces are
+// checked both ways; the namespaces' only with them, where this system allows them.
+
+// The processes whose command line holds `mark`, killed: how many there were.
+static int kill_processes_with(const std::string& mark) {
+    int n = 0;
+    DIR* proc = opendir("/proc");
+    for (struct dirent* e; proc && (e = readdir(proc));) {
+        const int pid = atoi(e->d_name);
+        if (pid > 0 && read_file("/proc/" + std::string(e->d_name) + "/cmdline").find(mark) != std::string::npos) n++, kill(pid, SIGKILL);
+    }
+    if (proc) closedir(proc);
+    return n;
+}
+
+static void test_humaneval_boundary() {
+    const bool namespaces = humaneval_namespaces();
+    printf("     HumanEval's test process %s here\n", namespaces ? "gets its namespaces" : "runs without namespaces (the kernel refuses them)");
+    const std::string tests = "def check(candidate):\n    assert candidate(2) == 3\n";  // a HumanEval item's, as chat_check joins them
+    for (bool isolate : {true, false}) {
+        if (isolate && !namespaces) continue;
+        const char* how = isolate ? "with namespaces" : "without namespaces";
+        const int fd = open(tmp_path("inherited.txt").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0600);  // no O_CLOEXEC, as a run's metrics.jsonl
+        const int high = fcntl(fd, F_DUPFD, 200);
+        const bool alone = python_run_passes("import os\nassert [os.readlink('/proc/self/fd/%d' % fd) for fd in (0, 1, 2)] == ['/dev/null'] * 3\n"
+                                             "written = []\nfor fd in range(4, 1024):\n    try:\n        os.write(fd, b'leaked\\n')\n"
+                                             "        written.append(fd)\n    except OSError:\n        pass\nassert not written, written\n", 5.0, isolate);
+        close(fd);
+        close(high);
+        check(alone && read_file(tmp_path("inherited.txt")).empty(), "HumanEval boundary %s: no descriptor of ours reaches the program (a file left open at "
+              "%d and %d): 0-2 are /dev/null, nothing past 3 (the marker) is open, the file stays empty", how, fd, high);
+        struct { const char* answer; bool pass; const char* what; } runs[] = {
+            {"def add_one(x):\n    return x + 1", true, "a correct function passes"},
+            {"def add_one(x):\n    return x + 2\nimport sys\nsys.exit(0)", false, "a wrong one that calls sys.exit(0) before the tests fails"},
+            {"def add_one(x):\n    return x + 2\nimport os\nos._exit(0)", false, "a wrong one that calls os._exit(0) before the tests fails"},
+        };
+        for (const auto& r : runs) {
+            const std::string program = "import math\n\n" + std::string(r.answer) + "\n\n" + tests + "\ncheck(add_one)";
+            check(python_run_passes(program, 5.0, isolate) == r.pass, "HumanEval boundary %s: %s (a pass needs the marker written after check())", how, r.what);
+        }
+        check(python_run_passes("import errno, os, signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\nf = open('big', 'wb', buffering=0)\n"
+                                "try:\n    for _ in range(100):\n        f.write(bytes(1 << 20))\n    raise AssertionError('wrote 100 MB')\n"
+                                "except OSError as e:\n    size = os.path.getsize('big')\n    assert e.errno == errno.EFBIG and size == 16 << 20, (e, size)\n",
+                                5.0, isolate),
+              "HumanEval boundary %s: writing 100 MB stops at 16 MiB (RLIMIT_FSIZE, EFBIG)", how);
+        const std::string limits = std::string("limits = {l[:26].strip(): l[26:].split()[:2] for l in open('/proc/self/limits').read().splitlines()[1:]}\n"
+                                               "want = {'Max address space': '268435456', 'Max data size': '268435456', 'Max stack size': '268435456', "
+                                               "'Max file size': '16777216', 'Max open files': '64', 'Max core file size': '0'") +
+                                   (isolate ? ", 'Max processes': '64'" : "") + "}\n"
+                                   "assert all(limits[k] == [v, v] for k, v in want.items()), limits\n"
+                                   "assert open('/proc/self/environ', 'rb').read() == b'PATH=/usr/bin:/bin\\0'\n";
+        check(python_run_passes(limits, 5.0, isolate), "HumanEval boundary %s: hard limits (address space, data and stack 256 MB, files 16 MiB, 64 "
+              "descriptors, no core%s) and an environment of PATH only", how, isolate ? ", 64 processes" : "");
+        const std::string mark = "xsa_left_behind_" + std::to_string(getpid()) + (isolate ? "_ns" : "_plain");
+        const double t0 = wall_ms();
+        const bool looped = python_run_passes("import posix, sys\nif posix.fork() == 0:\n    posix.execv(sys.executable, [sys.executable, '-c', "
+                                              "'import time; time.sleep(60)', " + python_literal(mark) + "])\nwhile True: pass\n", 1.0, isolate);
+        usleep(100000);
+        const int left = kill_processes_with(mark);
+        check(!looped && left == 0, "HumanEval boundary %s: a program that started a process then loops is killed at its deadline with that process "
+              "(%.1f s, %d left)", how, (wall_ms() - t0) / 1000.0, left);
+    }
+    if (!namespaces) return;
+    // the evaluator survives a program that kills its parent and the process it knows to be the evaluator (a forked
+    // copy of this test, which then exits with 3)
+    const pid_t evaluator = fork();
+    if (evaluator == 0) {
+        python_run_passes("import os, posix\nfor pid in (os.getppid(), " + std::to_string(getpid()) + "):\n    try:\n        posix.kill(pid, 9)\n"
+                          "    except OSError:\n        pass\n");
+        _exit(3);
+    }
+    int status = 0;
+    waitpid(evaluator, &status, 0);
+    check(WIFEXITED(status) && WEXITSTATUS(status) == 3, "HumanEval boundary: the evaluator survives posix.kill(os.getppid(), 9) and a kill of its pid "
+          "(it exited with %d, signal %d)", WIFEXITED(status) ? WEXITSTATUS(status) : -1, WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    const std::string sleeper = "import os, posix, sys\nif posix.fork() == 0:\n    os.setsid()\n    posix.execv(sys.executable, [sys.executable, '-c', "
+                                "'import time; time.sleep(60)', ";  // + the mark, "])\n"
+    const std::string mark = "xsa_survivor_" + std::to_string(getpid());
+    const bool forked = python_run_passes(sleeper + python_literal(mark) + "])\n");
+    const int left = kill_processes_with(mark);
+    check(forked && left == 0, "HumanEval boundary: a process the program started in a session of its own (setsid) does not outlive it (%d left)", left);
+    const std::string keep = tmp_path("keep.txt"), made = tmp_path("made.txt");
+    FILE* f = fopen(keep.c_str(), "w");
+    fputs("keep", f);
+    fclose(f);
+    python_run_passes("import posix\nfor attempt in (lambda: posix.unlink(" + python_literal(keep) + "), lambda: open(" + python_literal(keep) + ", 'w'), "
+                      "lambda: open(" + python_literal(made) + ", 'w'), lambda: posix.rename(" + python_literal(keep) + ", " + python_literal(made) + ")):\n"
+                      "    try:\n        attempt()\n    except OSError:\n        pass\n");
+    check(read_file(keep) == "keep" && access(made.c_str(), F_OK) != 0, "HumanEval boundary: files outside its directory cannot be deleted "
+          "(posix.unlink), truncated, renamed or created");
+    check(python_run_passes("import os, socket\nassert [d for d in os.listdir('/proc') if d.isdigit()] == ['1'], os.listdir('/proc')\n"
+                            "assert not os.path.exists('/proc/" + std::to_string(getpid()) + "/environ')\n"
+                            "assert os.getuid() == 1000 and [l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')] == ['0' * 16]\n"
+                            "assert [name for _, name in socket.if_nameindex()] == ['lo']\n"),
+          "HumanEval boundary: the program sees no process but itself (nor the evaluator's environment), is uid 1000 with no capability, "
+          "and has no network but a loopback device");
 }
 
 static void test_core() {
@@ -1061,6 +1161,7 @@ int main(int argc, char** argv) {
         test_chatcore_checkers(tok);
         test_chatcore_text_as_python();
         test_humaneval_cpu_limit();
+        test_humaneval_boundary();
     }
     test_packing();
     test_resharded_restore();
