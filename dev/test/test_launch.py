@@ -15,6 +15,7 @@ mpirun comes with Open MPI (Debian: libopenmpi-dev openmpi-bin; .ci/run installs
 then builds train_gpt_cpu with MPI). Without it the mpirun tests are skipped, except in CI, where they fail.
 Standard library only.
 """
+import math
 import os
 import shlex
 import shutil
@@ -152,7 +153,9 @@ class TestShardedOptimizer(TempDirTest):
     """The sharded optimizer (--shard-optimizer 1, the default with several ranks: nanochat's ZeRO-2 split of
     the Muon groups and of the large AdamW tensors) against every rank running all of it: on the CPU
     backend the ranks sum in rank order either way, so the runs must agree bit for bit: the weights, the
-    whole optimizer state the checkpoints gather, the losses and gradient norms."""
+    whole optimizer state the checkpoints gather and the losses. The logged gradient norm is summed in another
+    order (each rank's squares over its share, then the shares), so it agrees to float rounding: to its printed
+    6 significant digits, give or take one unit."""
 
     # 2 layers: Muon groups of 2 and 8 matrices (over 4 ranks: chunks of 1, the last ranks get none, and of
     # 2); the embeddings and lm_head split by rows
@@ -171,7 +174,11 @@ class TestShardedOptimizer(TempDirTest):
             with self.subTest("%s = %s at step %d" % (a, b, step)):
                 ta, tb = (read(self.path(n, "ckpt_%06d.safetensors" % step)) for n in (a, b))
                 self.assertTrue(ta != b"" and st_parse(ta)[1] == st_parse(tb)[1], "checkpoints differ (weights or optimizer state)")
-        self.assertEqual(self.curves(a), self.curves(b))
+        ca, cb = self.curves(a), self.curves(b)
+        self.assertEqual([(step, loss) for step, loss, _ in ca], [(step, loss) for step, loss, _ in cb])
+        for (step, _, na), (_, _, nb) in zip(ca, cb):  # logged with 6 significant digits: a true 1e-7 apart may print one unit apart
+            unit = 10 ** (math.floor(math.log10(max(abs(na), abs(nb), 1e-30))) - 5)
+            self.assertLessEqual(abs(na - nb), 1.5 * unit, "grad norm at step %d: %r and %r" % (step, na, nb))
 
     def test_muon_four_ranks(self):
         """--ranks 4, Muon, learnable XSA: sharded = replicated; the plan shows each rank's share"""

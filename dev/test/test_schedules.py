@@ -10,7 +10,7 @@ import unittest
 
 from xsatest import binary, jsonl, run
 
-TINY = "-d 1 --dim 32 --heads 2 -t 32 -b 2 -B 128 --eval-every 100000 --core-every -1 --sample-every -1"
+TINY = "-d 1 --dim 32 --heads 2 -t 32 -b 2 -B 128 --eval-every 100000 --eval-tokens 64 --core-every -1 --sample-every -1"
 
 
 def lr_multiplier(it, n, warmup, warmdown_ratio=0.65, final_lr_frac=0.05):
