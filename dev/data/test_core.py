@@ -12,23 +12,20 @@ except where the environment variable CI is set (there it fails).
 """
 import json
 import os
-import shutil
 import struct
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test"))
+import xsatest  # noqa: E402
 from xsatest import REPO, needs_packages, read, run  # noqa: E402
 
 TASK_FILES = ["01_completion_zeroshot.bin", "02_devil_lm.bin", "03_devil_definitions.bin", "04_devil_schema.bin", "index.txt"]
 
 
 @needs_packages("tiktoken")
-class TestCoreOffline(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="xsa_core_py_")
-        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+class TestCoreOffline(xsatest.TempDirTest):
+    PREFIX = "xsa_core_py_"
 
     def test_reproduces_committed_tasks(self):
         """dev/data/core.py offline on dev/data/core_bundle: output identical to the committed dev/data/core_tasks"""
@@ -102,10 +99,8 @@ def nanochat_spans(ttype, tokens):
 
 
 @needs_packages("tiktoken")
-class TestCoreEmptySpans(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="xsa_core_py_")
-        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+class TestCoreEmptySpans(xsatest.TempDirTest):
+    PREFIX = "xsa_core_py_"
 
     def test_empty_spans(self):
         """core.py on items with empty answer spans (a choice a token prefix of the others, identical choices, identical schema options): nanochat's spans, and a count per task"""

@@ -28,6 +28,14 @@ class Faults(xsatest.TempDirTest):
                                                            os.path.join(out, "final.safetensors")] + list(extra)
         return subprocess.Popen(argv, cwd=xsatest.REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
+    def start_writing(self, out, steps):
+        """A run into `out` (-o), once it has started its metrics.jsonl"""
+        p = self.start(out, steps, ["-o", out])
+        deadline = time.time() + 30
+        while not os.path.exists(os.path.join(out, "metrics.jsonl")) and time.time() < deadline:
+            time.sleep(0.05)
+        return p
+
     def test_signals_answer_at_once(self):
         # a long optimizer step (128 micro-batches, about 16 s on 2 cores, so that even a machine several times
         # faster is still inside it 1.5 s later). The first SIGTERM, once the step has begun, is answered within a
@@ -81,10 +89,7 @@ class Faults(xsatest.TempDirTest):
     def test_sighup_stops_like_sigterm(self):
         # the terminal of an ssh session closes: SIGHUP stops the run after its step with a checkpoint (exit 129)
         out = os.path.join(self.dir, "hup")
-        p = self.start(out, 100000, ["-o", out])
-        deadline = time.time() + 30
-        while not os.path.exists(os.path.join(out, "metrics.jsonl")) and time.time() < deadline:
-            time.sleep(0.05)
+        p = self.start_writing(out, 100000)
         time.sleep(1.0)
         p.send_signal(signal.SIGHUP)
         text = p.communicate(timeout=60)[0].decode("utf-8", "replace")
@@ -104,10 +109,7 @@ class Faults(xsatest.TempDirTest):
 
     def test_one_run_per_directory(self):
         out = os.path.join(self.dir, "busy")
-        first = self.start(out, 400, ["-o", out])
-        deadline = time.time() + 30
-        while not os.path.exists(os.path.join(out, "metrics.jsonl")) and time.time() < deadline:
-            time.sleep(0.05)
+        first = self.start_writing(out, 400)
         try:
             xsatest.check_one_error(self, [xsatest.binary("train_gpt_cpu")] + TINY + ["-n", "5", "-o", out], "holds another run's files")
             # --overwrite 1 deletes an earlier run's files only under the directory's lock: never a running run's
