@@ -19,13 +19,24 @@ OMPFLAGS = -fopenmp
 LIBFLAGS = -Wno-unused-function
 HEADERS = $(wildcard *.cuh *.h llmc/*.cuh llmc/*.h chat/*.h)
 
-# CUDA: nvcc if installed; the architecture of the GPU present (nvidia-smi), else Hopper (H100/H200)
+# CUDA: nvcc if installed. CUDA_ARCH: the GPUs to build device code for, as compute capabilities without the
+# dot, from 80 (Ampere) up: 80 A100, 86 RTX 30xx/A6000, 89 RTX 40xx/L40S, 90 H100/H200, 100 B200, 120 RTX 50xx.
+# Default: the GPU present (nvidia-smi), else 90. Several make one fat binary (CUDA_ARCH="80 86 89 90": machine
+# code for each, plus the PTX of the highest, which a newer GPU compiles when the program starts); a binary
+# without code for the GPU it meets stops at start-up with the command to rebuild. sm_90 is read as 90.
 NVCC ?= nvcc
 HAS_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1)
 HAS_GPU := $(shell nvidia-smi -L 2>/dev/null | grep -q GPU && echo 1)
 GPU_CC := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '. ')
-CUDA_ARCH ?= $(if $(GPU_CC),sm_$(GPU_CC),sm_90)
-NVCCFLAGS ?= -O3 -std=c++17 -arch=$(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-fopenmp,-march=native,-fno-trapping-math -Werror all-warnings
+CUDA_ARCH ?= $(if $(GPU_CC),$(GPU_CC),90)
+CUDA_ARCHS = $(patsubst sm_%,%,$(CUDA_ARCH))
+CUDA_ARCH_PTX = $(shell echo $(CUDA_ARCHS) | tr ' ' '\n' | sort -n | tail -n 1)
+comma := ,
+CUDA_GENCODE = $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a)$(comma)code=sm_$(a)) -gencode arch=compute_$(CUDA_ARCH_PTX)$(comma)code=compute_$(CUDA_ARCH_PTX) \
+               -DXSA_CUDA_ARCH='"$(subst $() ,$(comma),$(strip $(CUDA_ARCHS)))"'
+NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_GENCODE) -Xcompiler -Wall,-Wextra,-fopenmp,-march=native,-fno-trapping-math -Werror all-warnings
+# the architectures make test-cuda compiles device code for (dev/cuda/arch_check.py)
+ARCH_CHECK = 80 86 89 90 100 120
 NVCC_LIBFLAGS = -Xcompiler -Wno-unused-function -diag-suppress 177
 # NCCL (train_gpt --ranks N on N GPUs): used when its header is found next to nvcc's or in /usr/include
 NCCL_HEADER := $(firstword $(wildcard $(dir $(shell command -v $(NVCC) 2>/dev/null))../include/nccl.h /usr/include/nccl.h))
@@ -49,7 +60,7 @@ all: train_gpt_cpu eval_core test_xsa_cpu test_infra_cpu
 # The backend that suits this machine, and which one it is.
 train_gpt:
 ifeq ($(HAS_GPU),1)
-	@echo "train_gpt: GPU found (compute capability $(GPU_CC)); building the CUDA backend for $(CUDA_ARCH)"
+	@echo "train_gpt: GPU found (compute capability $(GPU_CC)); building the CUDA backend for CUDA_ARCH=\"$(CUDA_ARCHS)\""
 	$(MAKE) --no-print-directory train_gpt_cuda
 	cp train_gpt_cuda train_gpt
 else
@@ -124,7 +135,13 @@ dev/bench/bench_fwdbwd_cuda: dev/bench/bench_fwdbwd.cu train_gpt.cu $(HEADERS)
 chat_sft_cuda: chat/chat_sft.cu train_gpt.cu $(HEADERS)
 	$(NVCC) $(NVCCFLAGS) $(NVCC_LIBFLAGS) chat/chat_sft.cu -o $@ $(CUDA_LIBS) $(MPIFLAGS)
 
-cuda_targets: train_gpt_cuda eval_core_cuda test_xsa_cuda chat_sft_cuda dev/bench/bench_fwdbwd_cuda $(CUDA_CHECKS)
+cuda_targets: train_gpt_cuda eval_core_cuda test_xsa_cuda chat_sft_cuda dev/bench/bench_fwdbwd_cuda $(CUDA_CHECKS) build/arch/report.txt
+
+# every architecture of ARCH_CHECK compiled (device code only, no link) and checked: dev/cuda/arch_check.py
+build/arch/report.txt: train_gpt.cu $(HEADERS) dev/cuda/arch_check.py
+	@mkdir -p build/arch
+	$(PYTHON) dev/cuda/arch_check.py --nvcc $(NVCC) --out build/arch $(ARCH_CHECK) > $@.tmp 2>&1 || { cat $@.tmp; exit 1; }
+	@mv $@.tmp $@ && tail -n $$(( $(words $(ARCH_CHECK)) + 3 )) $@
 
 # What dev/gpu_check.sh runs, built here for a GPU machine (carry build/gpu with the device tool): device code
 # for sm_90 (H100/H200), host code for x86-64-v3 (AVX2 and FMA, every x86 server CPU since 2015) instead of
@@ -133,10 +150,11 @@ cuda_targets: train_gpt_cuda eval_core_cuda test_xsa_cuda chat_sft_cuda dev/benc
 # with. (Edit no source while this builds: the hash is taken at the end.)
 GPU_BIN = build/gpu
 PORTABLE = -march=x86-64-v3
-GPU_NVCCFLAGS = $(subst -march=native,$(PORTABLE),$(subst -arch=$(CUDA_ARCH),-arch=sm_90,$(NVCCFLAGS)))
+GPU_NVCCFLAGS = $(subst -march=native,$(PORTABLE),$(NVCCFLAGS))
 GPU_CXXFLAGS = $(subst -march=native,$(PORTABLE),$(CXXFLAGS))
 GPU_BINARIES = $(addprefix $(GPU_BIN)/,train_gpt_cuda test_xsa_cuda bench_fwdbwd_cuda sample_cuda chat_sft_cuda train_gpt_cpu test_xsa_cpu \
                $(notdir $(CUDA_CHECKS)))
+$(GPU_BINARIES): override CUDA_ARCH = 90
 gpu_binaries: $(GPU_BINARIES)
 	sh dev/gpu_sources_hash.sh > $(GPU_BIN)/SOURCES
 	@echo "gpu_binaries: $(GPU_BIN) ($$(du -sh $(GPU_BIN) | cut -f1)), sources $$(cat $(GPU_BIN)/SOURCES)"
@@ -210,7 +228,7 @@ clean:
 # 100 s beside selftest 7 s, loss 35 s and matmul 21 s; 2026-12-05); optim, attention, test_xsa and train
 # take longer: dev/cuda/emu/run.sh all. Fails on any failed check or hazard. make test-cuda runs these
 # where no GPU is.
-EMU_TEST_TARGETS = elementwise selftest loss matmul
+EMU_TEST_TARGETS = profiles elementwise selftest loss matmul
 emu_test:
 	dev/cuda/emu/run.sh $(EMU_TEST_TARGETS)
 

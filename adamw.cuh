@@ -42,7 +42,8 @@ __device__ __forceinline__ void adamw_element(float& p, float g, float& m, float
 // p, g, m, v (n) fp32; each thread 4 consecutive elements, as one 16-byte access per array when all
 // four pointers are 16-byte aligned (vec), element by element otherwise and at the tail. Memory-bound:
 // 28 bytes per element (4 reads, 3 writes).
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, size_t n, float beta1, float beta2, float eps,
+static const int ADAMW_THREADS = 256;
+__global__ void __launch_bounds__(ADAMW_THREADS) adamw_kernel(float* p, const float* g, float* m, float* v, size_t n, float beta1, float beta2, float eps,
                              float step_size, float decay, float bias2, bool vec) {
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
     if (i >= n) return;
@@ -73,8 +74,7 @@ static inline void adamw_update_cuda(float* p, const float* g, float* m, float* 
     const float step_size = lr / bias1;
     const float decay = 1.0f - lr * wd;
     const bool vec = ((uintptr_t)p | (uintptr_t)g | (uintptr_t)m | (uintptr_t)v) % 16 == 0;
-    const int threads = 256;
-    adamw_kernel<<<ceil_div((long)ceil_div((long)n, 4), threads), threads, 0, stream>>>(p, g, m, v, n, beta1, beta2, eps,
+    adamw_kernel<<<ceil_div((long)ceil_div((long)n, 4), ADAMW_THREADS), ADAMW_THREADS, 0, stream>>>(p, g, m, v, n, beta1, beta2, eps,
                                                                                         step_size, decay, bias2, vec);
     cudaCheckLaunch();
 }

@@ -232,7 +232,7 @@ static const int MUON_MATRIX_THREADS = 1024;
 
 // step 1. grid (rows, K), MUON_ROW_THREADS. grads[k] (rows, cols), M (K, rows, cols) fp32;
 // X (K, stride_x) bf16 = the Nesterov update; sumsq[k * ld + r] = sum_c X^2 (bf16 values, fp32 sum)
-__global__ void muon_momentum_kernel(const float* const* grads, float* M, floatX* X, float* sumsq, int rows, int cols,
+__global__ void __launch_bounds__(MUON_ROW_THREADS) muon_momentum_kernel(const float* const* grads, float* M, floatX* X, float* sumsq, int rows, int cols,
                                      long long stride_x, int ld, float mu) {
     __shared__ float shared[32];
     const int r = blockIdx.x, k = blockIdx.y;
@@ -254,7 +254,7 @@ __global__ void muon_momentum_kernel(const float* const* grads, float* M, floatX
 }
 
 // step 2. grid K, MUON_MATRIX_THREADS. factor[k * ld + r] = (MuonEq scale_r) / (1.01 ||X'||_F + 1e-6)
-__global__ void muon_prescale_kernel(const float* sumsq, float* factor, int rows, int ld, bool muon_eq) {
+__global__ void __launch_bounds__(MUON_MATRIX_THREADS) muon_prescale_kernel(const float* sumsq, float* factor, int rows, int ld, bool muon_eq) {
     __shared__ float shared[32];
     const float* ss = sumsq + (size_t)blockIdx.x * ld;
     float* f = factor + (size_t)blockIdx.x * ld;
@@ -277,7 +277,7 @@ __global__ void muon_prescale_kernel(const float* sumsq, float* factor, int rows
 }
 
 // step 3. grid (rows, K), MUON_ROW_THREADS. X[k, r, :] *= factor[k * ld + r] (one bf16 rounding)
-__global__ void muon_rowscale_kernel(floatX* X, const float* factor, int cols, long long stride_x, int ld) {
+__global__ void __launch_bounds__(MUON_ROW_THREADS) muon_rowscale_kernel(floatX* X, const float* factor, int cols, long long stride_x, int ld) {
     const int r = blockIdx.x, k = blockIdx.y;
     floatX* x = X + k * stride_x + (size_t)r * cols;
     const float f = factor[(size_t)k * ld + r];
@@ -285,7 +285,7 @@ __global__ void muon_rowscale_kernel(floatX* X, const float* factor, int cols, l
 }
 
 // step 5, per row (rows >= cols). grid (rows, K), MUON_ROW_THREADS. sumsq[k * ld + r] = sum_c O^2
-__global__ void muon_row_sumsq_kernel(const floatX* O, float* sumsq, int cols, long long stride_x, int ld) {
+__global__ void __launch_bounds__(MUON_ROW_THREADS) muon_row_sumsq_kernel(const floatX* O, float* sumsq, int cols, long long stride_x, int ld) {
     __shared__ float shared[32];
     const int r = blockIdx.x, k = blockIdx.y;
     const floatX* o = O + k * stride_x + (size_t)r * cols;
@@ -302,7 +302,7 @@ __global__ void muon_row_sumsq_kernel(const floatX* O, float* sumsq, int cols, l
 // sums rows ty, ty + SPLIT, ... of column c (coalesced across tx); the SPLIT partials are then added in
 // order of ty. sumsq[k * ld + c] = sum_r O^2
 static const int MUON_COL_SPLIT = 16;
-__global__ void muon_col_sumsq_kernel(const floatX* O, float* sumsq, int rows, int cols, long long stride_x, int ld) {
+__global__ void __launch_bounds__(32 * MUON_COL_SPLIT) muon_col_sumsq_kernel(const floatX* O, float* sumsq, int rows, int cols, long long stride_x, int ld) {
     __shared__ float part[MUON_COL_SPLIT][33];
     const int k = blockIdx.y, c = blockIdx.x * 32 + threadIdx.x;
     const floatX* o = O + k * stride_x;
@@ -323,7 +323,7 @@ __global__ void muon_col_sumsq_kernel(const floatX* O, float* sumsq, int rows, i
 
 // step 6. grid K, MUON_MATRIX_THREADS. ns = rows or cols entries (per row if rows >= cols), R = the reduced
 // length. Reads sumsq, updates state (K, ns) and writes factor[k * ld + i] = s step_i restore.
-__global__ void muon_normuon_kernel(const float* sumsq, float* state, float* factor, int rows, int cols, int ld,
+__global__ void __launch_bounds__(MUON_MATRIX_THREADS) muon_normuon_kernel(const float* sumsq, float* state, float* factor, int rows, int cols, int ld,
                                     bool muon_plus, float beta2) {
     __shared__ float shared[32];
     const bool per_row = rows >= cols;
@@ -354,7 +354,7 @@ __global__ void muon_normuon_kernel(const float* sumsq, float* state, float* fac
 
 // step 7. grid (rows, K), MUON_ROW_THREADS. params[k] (rows, cols) fp32 updated from O (bf16) and the
 // per-row or per-column factor: o = O f; P -= lr_eff o + lr_eff wd P [o P >= 0]
-__global__ void muon_apply_kernel(float* const* params, const floatX* O, const float* factor, int cols, long long stride_x,
+__global__ void __launch_bounds__(MUON_ROW_THREADS) muon_apply_kernel(float* const* params, const floatX* O, const float* factor, int cols, long long stride_x,
                                   int ld, bool per_row, float lr_eff, float wd) {
     const int r = blockIdx.x, k = blockIdx.y;
     float* p = params[k] + (size_t)r * cols;

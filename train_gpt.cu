@@ -2046,6 +2046,8 @@ static void run_setup_batch(Run<Loader>* run) {
     run->accum = (int)accum;
     run->num_steps = run->plan.num_iterations;
     print_model(c, run->B, available, optimizer_shards(a));
+    const std::string kernels = backend_kernel_plan(c.head_dim);
+    if (!kernels.empty()) printf("%s\n", kernels.c_str());
     const std::string memory = memory_problem(c, run->B, run->plan.total_batch, available, optimizer_shards(a));
     if (!memory.empty() && a.steps == 0) printf("warning: %s\n", memory.c_str());  // -n 0 shows the plan whatever it needs
     else if (!memory.empty()) fail("%s", memory.c_str());

@@ -160,8 +160,10 @@ __device__ __forceinline__ void xsa_store2(floatX* row, int lane, int e, float a
 
 // z, y (tokens, H, D); v (tokens, Hkv, D), rows v_stride apart; alpha (H). One warp per (token, head);
 // blockDim.x a multiple of 32.
+static const int XSA_THREADS = 256;  // the block of every XSA kernel (one warp per row: 8 rows per block)
+
 template <int D>
-__global__ void xsa_forward_kernel(floatX* z, const floatX* y, const floatX* v, size_t v_stride, size_t tokens, int H, int Hkv,
+__global__ void __launch_bounds__(XSA_THREADS) xsa_forward_kernel(floatX* z, const floatX* y, const floatX* v, size_t v_stride, size_t tokens, int H, int Hkv,
                                    const float* alpha) {
     constexpr int E = D / 64;  // bf16 pairs per lane
     const int lane = threadIdx.x % 32;
@@ -197,7 +199,7 @@ __global__ void xsa_forward_kernel(floatX* z, const floatX* y, const floatX* v, 
 // (tokens, H) fp32, written only when not null (learnable alpha); tokens = B T. dy may alias dz: each lane
 // reads its elements of a row before it writes them, and no other lane touches them.
 template <int D, bool FUSED>
-__global__ void xsa_backward_kernel(floatX* dy, floatX* dv, size_t dv_stride, float* dv_extra, float* delta, float* dalpha,
+__global__ void __launch_bounds__(XSA_THREADS) xsa_backward_kernel(floatX* dy, floatX* dv, size_t dv_stride, float* dv_extra, float* delta, float* dalpha,
                                     const floatX* dz, const floatX* y, const floatX* v, size_t v_stride, size_t tokens, int T,
                                     int H, int Hkv, const float* alpha) {
     constexpr int E = D / 64;
@@ -351,7 +353,7 @@ static inline void xsa_check_shape(int H, int Hkv, int D, const char* who) {
 static inline void xsa_forward_cuda(floatX* z, const floatX* y, const floatX* v, size_t v_stride, size_t tokens, int H, int Hkv, int D,
                                     const float* alpha, cudaStream_t stream) {
     xsa_check_shape(H, Hkv, D, "xsa_forward_cuda");
-    const int block = 256, grid = ceil_div((long)(tokens * H), block / 32);
+    const int block = XSA_THREADS, grid = ceil_div((long)(tokens * H), block / 32);
     if (grid == 0) return;
     if (D == 64) xsa_forward_kernel<64><<<grid, block, 0, stream>>>(z, y, v, v_stride, tokens, H, Hkv, alpha);
     else xsa_forward_kernel<128><<<grid, block, 0, stream>>>(z, y, v, v_stride, tokens, H, Hkv, alpha);
@@ -364,7 +366,7 @@ static inline void xsa_backward_cuda(floatX* dy, floatX* dv, size_t dv_stride, f
                                      const floatX* v, size_t v_stride, size_t tokens, int H, int Hkv, int D, const float* alpha,
                                      cudaStream_t stream) {
     xsa_check_shape(H, Hkv, D, "xsa_backward_cuda");
-    const int block = 256, grid = ceil_div((long)(tokens * Hkv), block / 32);
+    const int block = XSA_THREADS, grid = ceil_div((long)(tokens * Hkv), block / 32);
     if (grid == 0) return;
     // T only places delta, which the unfused op does not write: pass 1
     if (D == 64)
@@ -377,13 +379,13 @@ static inline void xsa_backward_cuda(floatX* dy, floatX* dv, size_t dv_stride, f
 }
 
 // Learnable alpha (see the CPU twins). alpha, logit (H), one thread per head.
-__global__ void xsa_alpha_from_logit_kernel(float* alpha, const float* logit, int H) {
+__global__ void __launch_bounds__(XSA_THREADS) xsa_alpha_from_logit_kernel(float* alpha, const float* logit, int H) {
     const int h = blockIdx.x * blockDim.x + threadIdx.x;
     if (h < H) alpha[h] = tanhf(logit[h]);
 }
 
 static inline void xsa_alpha_from_logit_cuda(float* alpha, const float* logit, int H, cudaStream_t stream) {
-    xsa_alpha_from_logit_kernel<<<ceil_div(H, 256), 256, 0, stream>>>(alpha, logit, H);
+    xsa_alpha_from_logit_kernel<<<ceil_div(H, XSA_THREADS), XSA_THREADS, 0, stream>>>(alpha, logit, H);
     cudaCheckLaunch();
 }
 

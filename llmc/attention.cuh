@@ -549,7 +549,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(
 
 // delta (B, H, T) = rowsum(dy * y) in fp32; dy, y (B, T, H, D). One warp per (token, head) row.
 template <int D>
-__global__ void attention_delta_kernel(float* delta, const floatX* dy, const floatX* y, size_t rows, int T, int H) {
+__global__ void __launch_bounds__(XSA_THREADS) attention_delta_kernel(float* delta, const floatX* dy, const floatX* y, size_t rows, int T, int H) {
     const int lane = threadIdx.x % 32;
     const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // = token * H + head
     if (row >= rows) return;
@@ -567,10 +567,14 @@ __global__ void attention_delta_kernel(float* delta, const floatX* dy, const flo
 // dq (B, T, H, D) = scale sum_j dS_ij k_j with dS = P (dy v^T - delta), P recomputed from lse; q, dq rows
 // at.q apart, k, v at.kv; dy (B, T, H, D).
 // Grid (ceil(T / 64), B H), 128 threads (the tiles of one head consecutive, as in the forward); a block
-// owns the dq rows of 64 queries of one head and walks the same key tiles as the forward (K/V double-buffered). Warp w: query rows 16w..16w+15; its Q and dY A
-// fragments are re-read from shared memory per k-step (holding them would cost 64 more registers at D = 128).
-// Shared memory: Q, dY (64, D + 8), K, V (2, 64, D + 8) bf16 = 54 KB (D = 64), 102 KB (D = 128).
-template <int D>
+// owns the dq rows of 64 queries of one head and walks the same key tiles as the forward. Warp w: query rows
+// 16w..16w+15; its Q and dY A fragments are re-read from shared memory per k-step (holding them would cost 64
+// more registers at D = 128).
+// KV_STAGES 2: K/V double-buffered (the next tile loads while this one is used); 1: one buffer, loaded after
+// the previous tile is done with (slower, same arithmetic, so the same dq bit for bit), for GPUs whose block
+// cannot have 102 KB of shared memory (sm_86, sm_89, sm_120: 99 KB).
+// Shared memory: Q, dY (64, D + 8), K, V (KV_STAGES, 64, D + 8) bf16: attention_dq_smem.
+template <int D, int KV_STAGES>
 __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_kernel(
         floatX* dq, const floatX* dy, const floatX* q, const floatX* k, const floatX* v, const float* lse,
         const float* delta, QKVStrides strides, int T, int H, int Hkv, int window, float scale) {
@@ -578,8 +582,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_kernel(
     extern __shared__ __align__(16) unsigned char attn_smem[];
     floatX* Qs = reinterpret_cast<floatX*>(attn_smem);  // (BQ, LD)
     floatX* dYs = Qs + BQ * LD;                          // (BQ, LD)
-    floatX* Ks = dYs + BQ * LD;                          // (2, BK, LD)
-    floatX* Vs = Ks + 2 * BK * LD;                       // (2, BK, LD)
+    floatX* Ks = dYs + BQ * LD;                          // (KV_STAGES, BK, LD)
+    floatX* Vs = Ks + KV_STAGES * BK * LD;               // (KV_STAGES, BK, LD)
 
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
     const int b = blockIdx.y / H, h = blockIdx.y % H, kvh = h / (H / Hkv);
@@ -613,13 +617,18 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_kernel(
     for (int nt = 0; nt < D / 8; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
 
     for (int kt = kt_lo; kt <= kt_hi; kt++) {
-        const int buf = (kt - kt_lo) & 1, k0 = kt * BK;
-        if (kt < kt_hi) {
+        const int buf = KV_STAGES == 2 ? (kt - kt_lo) & 1 : 0, k0 = kt * BK;
+        if (KV_STAGES == 2 && kt < kt_hi) {  // prefetch the next tile into the other buffer
             const size_t off = (size_t)(k0 + BK) * kvstride;
             attn_load_tile<D, BK>(Ks + (buf ^ 1) * BK * LD, kb + off, kvstride, T - k0 - BK);
             attn_load_tile<D, BK>(Vs + (buf ^ 1) * BK * LD, vb + off, kvstride, T - k0 - BK);
             attn_cp_async_commit();
             attn_cp_async_wait<1>();
+        } else if (KV_STAGES == 1 && kt > kt_lo) {  // this tile into the one buffer (the loop's last barrier freed it)
+            attn_load_tile<D, BK>(Ks, kb + (size_t)k0 * kvstride, kvstride, T - k0);
+            attn_load_tile<D, BK>(Vs, vb + (size_t)k0 * kvstride, kvstride, T - k0);
+            attn_cp_async_commit();
+            attn_cp_async_wait<0>();
         } else {
             attn_cp_async_wait<0>();
         }
@@ -916,12 +925,37 @@ static inline void attention_check_strides(QKVStrides strides) {
     if (strides.q % 8 != 0 || strides.kv % 8 != 0) fail("attention: row strides %zu and %zu are not multiples of 8 elements", strides.q, strides.kv);
 }
 
-// dynamic shared memory of each kernel (bytes)
+// Dynamic shared memory of each kernel (bytes). What a block may have (cudaDevAttrMaxSharedMemoryPerBlockOptin):
+// 227 KB on sm_90 and sm_100, 163 KB on sm_80, 99 KB on sm_86, sm_89 and sm_120. At D = 128 the forward needs
+// 85 KB, dK/dV 68.5 KB, dq 102 KB with K/V double-buffered and 68 KB with one buffer; at D = 64 all are under 55 KB.
 static inline int attention_forward_smem(int D) { return 5 * ATT_TILE * (D + ATT_PAD) * (int)sizeof(floatX); }
-static inline int attention_dq_smem(int D) { return 6 * ATT_TILE * (D + ATT_PAD) * (int)sizeof(floatX); }
+static inline int attention_dq_smem(int D, int kv_stages) { return (2 + 2 * kv_stages) * ATT_TILE * (D + ATT_PAD) * (int)sizeof(floatX); }
 static inline int attention_dkdv_smem(int D) {
     const int bq = D == 64 ? 64 : 32;
     return (2 * ATT_TILE + 4 * bq) * (D + ATT_PAD) * (int)sizeof(floatX) + 4 * bq * (int)sizeof(float);
+}
+
+// The dq kernel's K/V buffers on this GPU: 2 (the faster) where a block can have that much shared memory, else 1
+static inline int attention_dq_stages(int D) { return (size_t)attention_dq_smem(D, 2) <= g_cuda.shared_per_block_optin ? 2 : 1; }
+
+// Stops, before any launch, if a kernel needs more shared memory per block than this GPU offers
+static inline void attention_check_smem(const char* kernel, int D, int bytes) {
+    if ((size_t)bytes > g_cuda.shared_per_block_optin)
+        fail("%s (compute capability %d.%d) offers %zu bytes of shared memory per block; the attention kernel %s at head_dim %d "
+             "needs %d: use --head-dim 64 or another GPU", g_cuda.name, g_cuda.cc_major, g_cuda.cc_minor, g_cuda.shared_per_block_optin,
+             kernel, D, bytes);
+}
+
+// What the attention kernels of head_dim D take on this GPU, for the start-up lines; stops if one does not fit
+static inline std::string attention_kernel_plan(int D) {
+    const int fwd = attention_forward_smem(D), stages = attention_dq_stages(D), dq = attention_dq_smem(D, stages), dkdv = attention_dkdv_smem(D);
+    attention_check_smem("forward", D, fwd);
+    attention_check_smem("dq", D, dq);
+    attention_check_smem("dK/dV", D, dkdv);
+    char s[256];
+    snprintf(s, sizeof s, "attention kernels (head_dim %d): shared memory per block forward %d, dq %d (K/V %s), dK/dV %d bytes, of %zu",
+             D, fwd, dq, stages == 2 ? "double-buffered" : "single-buffered", dkdv, g_cuda.shared_per_block_optin);
+    return s;
 }
 
 // The backward's scratch: one float buffer, regions at fixed offsets, each rounded up to 16 bytes (so all
@@ -965,6 +999,7 @@ static void attention_forward_launch(floatX* z, floatX* y, float* lse, const flo
     attention_check_strides(strides);
     const int smem = attention_forward_smem(D);
     static bool once = [&] {  // > 48 KB of dynamic shared memory must be opted into, once per kernel
+        attention_check_smem("forward", D, smem);
         cudaCheck(cudaFuncSetAttribute(attention_forward_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         return true;
     }();
@@ -982,9 +1017,13 @@ static void attention_backward_launch(floatX* dq, floatX* dk, floatX* dv, const 
                                       const float* dv_extra, int B, int T, int H, int Hkv, int window,
                                       cudaStream_t stream) {
     attention_check_strides(strides);
-    const int smem_dq = attention_dq_smem(D), smem_dkdv = attention_dkdv_smem(D);
+    static const int stages = attention_dq_stages(D);
+    const int smem_dq = attention_dq_smem(D, stages), smem_dkdv = attention_dkdv_smem(D);
     static bool once = [&] {
-        cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_dq));
+        attention_check_smem("dq", D, smem_dq);
+        attention_check_smem("dK/dV", D, smem_dkdv);
+        if (stages == 2) cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel<D, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_dq));
+        else cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel<D, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_dq));
         cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_dkdv));
         return true;
     }();
@@ -994,8 +1033,12 @@ static void attention_backward_launch(floatX* dq, floatX* dk, floatX* dv, const 
     attention_backward_dkdv_kernel<D><<<grid_kv, ATT_THREADS, smem_dkdv, stream>>>(dk, dv, dy, q, k, v, lse, delta, dv_extra,
                                                                                   strides, T, H, Hkv, window, scale);
     cudaCheckLaunch();
-    attention_backward_dq_kernel<D><<<grid_q, ATT_THREADS, smem_dq, stream>>>(dq, dy, q, k, v, lse, delta, strides, T, H, Hkv,
-                                                                              window, scale);
+    if (stages == 2)
+        attention_backward_dq_kernel<D, 2><<<grid_q, ATT_THREADS, smem_dq, stream>>>(dq, dy, q, k, v, lse, delta, strides, T, H, Hkv,
+                                                                                     window, scale);
+    else
+        attention_backward_dq_kernel<D, 1><<<grid_q, ATT_THREADS, smem_dq, stream>>>(dq, dy, q, k, v, lse, delta, strides, T, H, Hkv,
+                                                                                     window, scale);
     cudaCheckLaunch();
 }
 
@@ -1043,13 +1086,13 @@ static inline void attention_backward_cuda(floatX* dq, floatX* dk, floatX* dv, c
     window = std::min(window, T);
     float* delta = scratch + attention_backward_scratch((size_t)B * T, H, Hkv, D, ATTN_BWD_PLAIN).delta;
     const size_t rows = (size_t)B * T * H;
-    const int grid = ceil_div((long)rows, 8);
+    const int grid = ceil_div((long)rows, XSA_THREADS / 32);
     if (D == 64) {
-        attention_delta_kernel<64><<<grid, 256, 0, stream>>>(delta, dy, y, rows, T, H);
+        attention_delta_kernel<64><<<grid, XSA_THREADS, 0, stream>>>(delta, dy, y, rows, T, H);
         cudaCheckLaunch();
         attention_backward_launch<64>(dq, dk, dv, dy, q, k, v, strides, lse, delta, nullptr, B, T, H, Hkv, window, stream);
     } else {
-        attention_delta_kernel<128><<<grid, 256, 0, stream>>>(delta, dy, y, rows, T, H);
+        attention_delta_kernel<128><<<grid, XSA_THREADS, 0, stream>>>(delta, dy, y, rows, T, H);
         cudaCheckLaunch();
         attention_backward_launch<128>(dq, dk, dv, dy, q, k, v, strides, lse, delta, nullptr, B, T, H, Hkv, window, stream);
     }
@@ -1072,14 +1115,14 @@ static inline void attention_backward_xsa_cuda(floatX* dq, floatX* dk, floatX* d
     floatX* dy = reinterpret_cast<floatX*>(scratch + s.dy);
     float* dv_extra = scratch + s.dv_extra;
     float* delta = scratch + s.delta;
-    const int grid = ceil_div((long)(tokens * Hkv), 8);
+    const int grid = ceil_div((long)(tokens * Hkv), XSA_THREADS / 32);
     if (D == 64) {
-        xsa_backward_kernel<64, true><<<grid, 256, 0, stream>>>(dy, nullptr, 0, dv_extra, delta, dalpha, dz, y, v, strides.kv, tokens, T, H, Hkv,
+        xsa_backward_kernel<64, true><<<grid, XSA_THREADS, 0, stream>>>(dy, nullptr, 0, dv_extra, delta, dalpha, dz, y, v, strides.kv, tokens, T, H, Hkv,
                                                                   alpha);
         cudaCheckLaunch();
         attention_backward_launch<64>(dq, dk, dv, dy, q, k, v, strides, lse, delta, dv_extra, B, T, H, Hkv, window, stream);
     } else {
-        xsa_backward_kernel<128, true><<<grid, 256, 0, stream>>>(dy, nullptr, 0, dv_extra, delta, dalpha, dz, y, v, strides.kv, tokens, T, H, Hkv,
+        xsa_backward_kernel<128, true><<<grid, XSA_THREADS, 0, stream>>>(dy, nullptr, 0, dv_extra, delta, dalpha, dz, y, v, strides.kv, tokens, T, H, Hkv,
                                                                   alpha);
         cudaCheckLaunch();
         attention_backward_launch<128>(dq, dk, dv, dy, q, k, v, strides, lse, delta, dv_extra, B, T, H, Hkv, window, stream);

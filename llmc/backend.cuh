@@ -154,9 +154,23 @@ static inline void backend_init(FILE* log = stdout) {
     cuda_context_init();
     cudaCheck(cudaStreamCreate(&g_backend.stream));
     matmul_cuda_init(g_backend.stream);
-    if (log) fprintf(log, "backend: %s on %s (%d SMs)\n", BACKEND_NAME, g_cuda.name, g_cuda.sm_count);
+    if (log)
+        fprintf(log, "backend: %s on %s (compute capability %d.%d, %d SMs, %.1f GiB)\n", BACKEND_NAME, g_cuda.name, g_cuda.cc_major,
+                g_cuda.cc_minor, g_cuda.sm_count, g_cuda.memory / 1073741824.0);
 #else
     if (log) fprintf(log, "backend: %s, %d threads\n", BACKEND_NAME, num_threads());
+#endif
+}
+
+// What the kernels of a model with head_dim D take on this device, one line for the start-up output (CUDA:
+// the attention kernels' shared memory, chosen for the GPU's limit); stops if a kernel cannot run here. "" on
+// the CPU backend.
+static inline std::string backend_kernel_plan(int head_dim) {
+#ifdef __CUDACC__
+    return attention_kernel_plan(head_dim);
+#else
+    (void)head_dim;
+    return "";
 #endif
 }
 

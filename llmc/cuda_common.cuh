@@ -142,22 +142,44 @@ __device__ __forceinline__ float group_sum(float v) {
     return v;
 }
 
-// The device's SM count and a scratch buffer for two-pass deterministic reductions, set up once.
+// The device and the limits the kernels are sized by, read once at start-up.
 struct CudaContext {
     int device = 0;
     int sm_count = 0;
-    size_t shared_per_block_optin = 0;
+    int cc_major = 0, cc_minor = 0;    // compute capability
+    size_t shared_per_block_optin = 0; // dynamic shared memory a block may have with the opt-in (attention_check_smem)
+    size_t memory = 0;                 // global memory, bytes
     char name[256] = {0};
 };
 static CudaContext g_cuda;
 
+// The architectures this binary holds GPU code for (the Makefile's CUDA_ARCH), for the error below
+#ifndef XSA_CUDA_ARCH
+#define XSA_CUDA_ARCH "unknown"
+#endif
+__global__ void __launch_bounds__(32) cuda_probe_kernel() {}
+
+// Stops with one line if the kernels cannot run on this GPU: mma.sync on bf16, ldmatrix and cp.async need
+// compute capability 8.0 (Ampere) or later, and the binary must hold code the GPU can run.
 static inline void cuda_context_init() {
     cudaDeviceProp prop;
     cudaCheck(cudaGetDevice(&g_cuda.device));
     cudaCheck(cudaGetDeviceProperties(&prop, g_cuda.device));
     g_cuda.sm_count = prop.multiProcessorCount;
+    g_cuda.cc_major = prop.major;
+    g_cuda.cc_minor = prop.minor;
     g_cuda.shared_per_block_optin = prop.sharedMemPerBlockOptin;
+    g_cuda.memory = prop.totalGlobalMem;
     snprintf(g_cuda.name, sizeof g_cuda.name, "%s", prop.name);
+    if (prop.major < 8)
+        fail("%s has compute capability %d.%d; the CUDA backend needs 8.0 or later (Ampere: bf16 tensor cores with mma.sync, "
+             "cp.async): use the CPU backend (make train_gpt_cpu)", prop.name, prop.major, prop.minor);
+    cudaFuncAttributes attr;
+    if (cudaFuncGetAttributes(&attr, cuda_probe_kernel) != cudaSuccess) {
+        (void)cudaGetLastError();  // clear the sticky error
+        fail("this binary holds no GPU code for %s (compute capability %d.%d): it was built for CUDA_ARCH=\"%s\"; rebuild with "
+             "make clean && make train_gpt CUDA_ARCH=%d%d", prop.name, prop.major, prop.minor, XSA_CUDA_ARCH, prop.major, prop.minor);
+    }
 }
 
 #endif  // __CUDACC__

@@ -227,7 +227,8 @@ __global__ void __launch_bounds__(LOSS_THREADS) softcap_crossentropy_backward_ke
 }
 
 // logits (n) bf16 in place raw -> cap tanh(raw / cap); 8 elements per thread, 16-byte accesses when aligned
-__global__ void softcap_kernel(floatX* logits, size_t n, float cap, bool vec) {
+static const int SOFTCAP_THREADS = 256;
+__global__ void __launch_bounds__(SOFTCAP_THREADS) softcap_kernel(floatX* logits, size_t n, float cap, bool vec) {
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
     if (i >= n) return;
     if (vec && i + 8 <= n) {
@@ -290,8 +291,7 @@ static inline void loss_mean_scale_cuda(float* scale, const int* targets, size_t
 // inference: logits (n) bf16 in place raw -> capped
 static inline void softcap_cuda(floatX* logits, size_t n, float cap, cudaStream_t stream) {
     if (n == 0) return;
-    const int threads = 256;
-    softcap_kernel<<<ceil_div((long)ceil_div((long)n, 8), threads), threads, 0, stream>>>(logits, n, cap, (uintptr_t)logits % 16 == 0);
+    softcap_kernel<<<ceil_div((long)ceil_div((long)n, 8), SOFTCAP_THREADS), SOFTCAP_THREADS, 0, stream>>>(logits, n, cap, (uintptr_t)logits % 16 == 0);
     cudaCheckLaunch();
 }
 

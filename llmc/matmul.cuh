@@ -843,7 +843,8 @@ static inline void matmul_cuda_take_chosen(const std::vector<int64_t>& chosen) {
 // out (n) bf16 = in (n) fp32, round to nearest even: parameters (fp32 master) -> matmul operands.
 // Each thread converts 8 consecutive elements: two 16-byte loads and one 16-byte store when both
 // pointers are 16-byte aligned (vec), element by element otherwise and at the tail.
-__global__ void cast_to_bf16_kernel(floatX* out, const float* in, size_t n, bool vec) {
+static const int CAST_THREADS = 256;
+__global__ void __launch_bounds__(CAST_THREADS) cast_to_bf16_kernel(floatX* out, const float* in, size_t n, bool vec) {
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
     if (i >= n) return;
     if (vec && i + 8 <= n) {
@@ -859,9 +860,8 @@ __global__ void cast_to_bf16_kernel(floatX* out, const float* in, size_t n, bool
 
 static inline void cast_to_bf16_cuda(floatX* out, const float* in, size_t n, cudaStream_t stream) {
     if (n == 0) return;
-    const int threads = 256;
     bool vec = ((uintptr_t)out % 16 == 0) && ((uintptr_t)in % 16 == 0);
-    cast_to_bf16_kernel<<<ceil_div((long)ceil_div((long)n, 8), threads), threads, 0, stream>>>(out, in, n, vec);
+    cast_to_bf16_kernel<<<ceil_div((long)ceil_div((long)n, 8), CAST_THREADS), CAST_THREADS, 0, stream>>>(out, in, n, vec);
     cudaCheckLaunch();
 }
 #endif  // __CUDACC__

@@ -3,7 +3,8 @@
 //
 // attention_check: the CUDA attention (attention.cuh) and XSA (xsa.cuh) ops against their CPU twins.
 //   ./attention_check              checks, then timing at d24-like sizes
-//   ./attention_check --no-timing  checks only (--small: the first two shapes only, for compute-sanitizer)
+//   ./attention_check --no-timing  checks only (--small: the first two shapes only, for compute-sanitizer;
+//                                  --head-dim-128: the first shape at head_dim 128 only, for the emulator's device profiles)
 // For several shapes (head_dim 64 and 128, GQA 2:1 and 1:1, window < T and full, T not a multiple of the
 // 64-row tile, B = 2), on fresh random inputs: the forward (y, lse), the backward (dq, dk, dv), the fused
 // XSA forward (z, y, lse) and backward for alpha 0, 0.5, 1, and the unfused XSA ops. The CPU twins run in
@@ -144,6 +145,18 @@ static void check_bits(const char* what, bool same) { report(same, what, same ? 
 
 // ---- correctness ----
 
+// The dq kernel with KV_STAGES K/V buffers, as attention_backward_launch runs it (delta from the scratch of a
+// backward that just ran): attention_dq_stages picks one per GPU, and the two must give the same dq
+template <int D, int KV_STAGES>
+static void dq_kernel_with(floatX* dq, const floatX* dy, const floatX* q, const floatX* k, const floatX* v, QKVStrides strides,
+                           const float* lse, const float* delta, int B, int T, int H, int Hkv, int window, cudaStream_t st) {
+    const int smem = attention_dq_smem(D, KV_STAGES);
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel<D, KV_STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    attention_backward_dq_kernel<D, KV_STAGES><<<dim3(ceil_div(T, ATT_TILE), B * H), ATT_THREADS, smem, st>>>(
+        dq, dy, q, k, v, lse, delta, strides, T, H, Hkv, std::min(window, T), 1.0f / sqrtf((float)D));
+    cudaCheckLaunch();
+}
+
 struct Shape {
     int B, T, H, Hkv, D, window;
     float qstd = 1.5f;  // scores ~ N(0, qstd^2 1.5^2): 1.5 a peaked softmax, 0.1 a nearly flat one
@@ -188,6 +201,22 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
     dq2.poison(st), dk2.poison(st), dv2.poison(st), scratch.poison(st);
     attention_backward_cuda(dq2.p, dk2.p, dv2.p, dy.p, q.p, k.p, v.p, sep, y.p, lse.p, B, T, H, Hkv, D, W, scratch.p, st);
     check_bits("backward deterministic (dq, dk, dv)", same_bits(dq, dq2) && same_bits(dk, dk2) && same_bits(dv, dv2));
+    {
+        const int other = 3 - attention_dq_stages(D);  // the K/V buffering this GPU does not use, where it can run
+        const float* delta = scratch.p + attention_backward_scratch(tokens, H, Hkv, D, ATTN_BWD_PLAIN).delta;
+        if ((size_t)attention_dq_smem(D, other) <= g_cuda.shared_per_block_optin) {
+            dq2.poison(st);
+            if (D == 64 && other == 1) dq_kernel_with<64, 1>(dq2.p, dy.p, q.p, k.p, v.p, sep, lse.p, delta, B, T, H, Hkv, W, st);
+            if (D == 64 && other == 2) dq_kernel_with<64, 2>(dq2.p, dy.p, q.p, k.p, v.p, sep, lse.p, delta, B, T, H, Hkv, W, st);
+            if (D == 128 && other == 1) dq_kernel_with<128, 1>(dq2.p, dy.p, q.p, k.p, v.p, sep, lse.p, delta, B, T, H, Hkv, W, st);
+            if (D == 128 && other == 2) dq_kernel_with<128, 2>(dq2.p, dy.p, q.p, k.p, v.p, sep, lse.p, delta, B, T, H, Hkv, W, st);
+            check_bits(NAME("dq with K/V %s-buffered = as used here (%s)", other == 1 ? "single" : "double",
+                            attention_dq_stages(D) == 1 ? "single" : "double"), same_bits(dq, dq2));
+        } else {
+            printf("(dq with K/V double-buffered: needs %d bytes of shared memory per block, this GPU offers %zu)\n",
+                   attention_dq_smem(D, other), g_cuda.shared_per_block_optin);
+        }
+    }
 
     // the model's layout: q | k | v of a token in one row of one buffer (qkv_fused), and dq | dk | dv
     // likewise; plain and with fused XSA (alpha 0.5), the same bits as on separate buffers
@@ -601,12 +630,13 @@ static void time_shape(const Shape& s, Rng* rng, cudaStream_t st, Buf<unsigned c
 }
 
 int main(int argc, char** argv) {
-    bool timing = true, small = false;
+    bool timing = true, small = false, only_d128 = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--no-timing")) timing = false;
         else if (!strcmp(argv[i], "--quiet")) g_quiet_pass = true;  // print failures only
         else if (!strcmp(argv[i], "--small")) small = true;         // the first two shapes only (for the sanitizers)
-        else fail("usage: %s [--no-timing] [--quiet] [--small]", argv[0]);
+        else if (!strcmp(argv[i], "--head-dim-128")) only_d128 = true;  // the first shape at D 128 only (the emulator's device profiles)
+        else fail("usage: %s [--no-timing] [--quiet] [--small | --head-dim-128]", argv[0]);
     }
     cuda_context_init();
     printf("attention_check on %s (%d SMs)\n", g_cuda.name, g_cuda.sm_count);
@@ -626,15 +656,15 @@ int main(int argc, char** argv) {
         {1, 512, 2, 1, 64, 128},       // T and window multiples of the tile
     };
     for (const Shape& s : shapes) {
+        if ((small && &s > &shapes[1]) || (only_d128 && &s != &shapes[3])) continue;
         check_shape(s, &rng, st);
         check_decode(s, &rng, st);
-        if (small && &s == &shapes[1]) break;
     }
     const Shape real[] = {
         {2, 2048, 16, 16, 64, 512}, {2, 2048, 16, 16, 64, 2048},    // d24: a short-window and a long-window layer
         {2, 2048, 12, 12, 128, 512}, {2, 2048, 12, 12, 128, 2048},  // nanochat's head_dim 128
     };
-    if (!small)
+    if (!small && !only_d128)
         for (const Shape& s : real) check_real_shape(s, &rng, st);
 
     std::vector<Row> rows;

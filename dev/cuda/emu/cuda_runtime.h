@@ -13,6 +13,7 @@
 // of a device pointer is reported like the segfault it is on a GPU.
 #pragma once
 #include <ucontext.h>
+#include <algorithm>
 #include <cstdarg>
 #include <cstdint>
 #include <memory>
@@ -96,6 +97,54 @@ static inline float __bfloat162float(__nv_bfloat16 b) { return emu_bf(b.x_); }
 static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {__float2bfloat16_rn(a), __float2bfloat16_rn(b)}; }
 static inline float2 __bfloat1622float2(__nv_bfloat162 v) { return {__bfloat162float(v.x), __bfloat162float(v.y)}; }
 
+// ---- the emulated GPU: EMU_DEVICE=KEY picks a profile (default h200) ----
+// The limits the code sizes itself by, per the CUDA programming guide's table of compute capabilities (shared
+// memory per block with the opt-in, per SM) and the memory nvidia-smi reports for each card (MiB).
+// EMU_BINARY_ARCH="80 90" emulates a binary built for those architectures only (default: any GPU);
+// EMU_SMEM_OPTIN=BYTES replaces the profile's opt-in limit (to reach the code that refuses a kernel).
+struct EmuProfile { const char* key; const char* name; int major, minor, sms; size_t smem_block_optin, smem_sm, memory_mib; };
+static const EmuProfile emu_profiles[] = {
+    {"t4", "Tesla T4", 7, 5, 40, 65536, 65536, 15360},
+    {"a100", "NVIDIA A100-SXM4-80GB", 8, 0, 108, 166912, 167936, 81920},
+    {"rtx3090", "NVIDIA GeForce RTX 3090", 8, 6, 82, 101376, 102400, 24576},
+    {"rtx4090", "NVIDIA GeForce RTX 4090", 8, 9, 128, 101376, 102400, 24564},
+    {"l40s", "NVIDIA L40S", 8, 9, 142, 101376, 102400, 46068},
+    {"h100", "NVIDIA H100 80GB HBM3", 9, 0, 132, 232448, 233472, 81559},
+    {"h200", "NVIDIA H200", 9, 0, 132, 232448, 233472, 143771},
+    {"b200", "NVIDIA B200", 10, 0, 148, 232448, 233472, 183359},
+    {"rtx5090", "NVIDIA GeForce RTX 5090", 12, 0, 170, 101376, 102400, 32607},
+};
+static const EmuProfile& emu_profile() {
+    static const EmuProfile* p = [] {
+        const char* key = getenv("EMU_DEVICE") ? getenv("EMU_DEVICE") : "h200";
+        for (const EmuProfile& e : emu_profiles)
+            if (!strcmp(e.key, key)) return &e;
+        emu_dief("EMU_DEVICE=%s: no such profile (t4, a100, rtx3090, rtx4090, l40s, h100, h200, b200, rtx5090)", key);
+    }();
+    return *p;
+}
+static size_t emu_smem_optin_limit() {
+    return getenv("EMU_SMEM_OPTIN") ? (size_t)strtoull(getenv("EMU_SMEM_OPTIN"), nullptr, 10) : emu_profile().smem_block_optin;
+}
+static const size_t EMU_CONTEXT_BYTES = 512ull << 20;  // what the CUDA context takes of the card's memory before the program allocates
+// whether a binary built for EMU_BINARY_ARCH has code this GPU runs: SASS for sm_XY runs on X.Z with Z >= Y
+// (the Makefile also embeds the PTX of its highest architecture, which any newer GPU compiles)
+static bool emu_binary_runs_here() {
+    const char* archs = getenv("EMU_BINARY_ARCH");
+    if (!archs) return true;
+    const EmuProfile& d = emu_profile();
+    int highest = 0;
+    for (const char* s = archs; *s;) {
+        char* end;
+        const long a = strtol(s, &end, 10);
+        if (end == s) { s++; continue; }
+        if (a / 10 == d.major && a % 10 <= d.minor) return true;
+        highest = std::max(highest, (int)a);
+        s = end;
+    }
+    return highest > 0 && highest <= d.major * 10 + d.minor;  // the PTX, compiled for this newer GPU
+}
+
 // ---- device memory registry ----
 struct EmuAlloc { size_t bytes; bool pinned; };
 static std::map<uintptr_t, EmuAlloc> emu_allocs;  // base -> size: device allocations and pinned host memory
@@ -155,7 +204,9 @@ static inline void emu_free(void* p, bool pinned) {
 // ---- runtime API ----
 typedef int cudaError_t;
 enum { cudaSuccess = 0, cudaErrorEmu = 1 };
-static inline const char* cudaGetErrorString(cudaError_t e) { return e ? "emulator error" : "no error"; }
+static inline const char* cudaGetErrorString(cudaError_t e) {
+    return e == 0 ? "no error" : e == 2 ? "out of memory" : e == 209 ? "no kernel image is available for execution on the device" : "emulator error";
+}
 typedef std::vector<std::function<void()>> EmuOps;
 struct EmuStream { bool capturing = false; EmuOps* rec = nullptr; };
 typedef EmuStream* cudaStream_t;
@@ -167,8 +218,12 @@ enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
 enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal };
 enum cudaStreamCaptureStatus { cudaStreamCaptureStatusNone, cudaStreamCaptureStatusActive };
 enum { cudaEventDefault = 0, cudaEventBlockingSync = 1, cudaEventDisableTiming = 2 };
-struct cudaDeviceProp { int multiProcessorCount; size_t sharedMemPerBlockOptin; size_t sharedMemPerBlock; char name[256]; };
-static const size_t EMU_SMEM_OPTIN = 232448;  // H100/H200: 227 KB per block with the opt-in
+struct cudaDeviceProp {
+    int multiProcessorCount, major, minor;
+    size_t sharedMemPerBlockOptin, sharedMemPerBlock, sharedMemPerMultiprocessor, totalGlobalMem;
+    char name[256];
+};
+struct cudaFuncAttributes { int maxThreadsPerBlock, numRegs; size_t sharedSizeBytes; };
 
 static EmuStream emu_default_stream;
 static int emu_captures = 0;
@@ -197,8 +252,10 @@ static inline void emu_enqueue(cudaStream_t s, std::function<void()> f) {
     emu_queue.push_back(std::move(f));
     if (emu_eager) emu_flush();
 }
+enum { cudaErrorMemoryAllocationEmu = 2 };
 static inline cudaError_t cudaMalloc(void* pp, size_t bytes) {
     emu_no_capture("cudaMalloc");
+    if (emu_device_bytes + bytes + EMU_CONTEXT_BYTES > (emu_profile().memory_mib << 20)) return cudaErrorMemoryAllocationEmu;  // out of memory
     *(void**)pp = emu_alloc(bytes, false);
     return 0;
 }
@@ -237,8 +294,8 @@ static inline cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
     return 0;
 }
 static inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
-    *total = 150ull << 30;  // H200: 141 GB usable
-    *free_bytes = *total - emu_device_bytes;
+    *total = emu_profile().memory_mib << 20;
+    *free_bytes = *total - EMU_CONTEXT_BYTES - emu_device_bytes;
     return 0;
 }
 // the pointers of a copy name memory of the kind `k` says, over the whole range copied
@@ -346,8 +403,18 @@ static inline cudaError_t cudaSetDevice(int d) {
 }
 static inline cudaError_t cudaGetDevice(int* d) { *d = emu_device; return 0; }
 static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
-    p->multiProcessorCount = 132; p->sharedMemPerBlockOptin = EMU_SMEM_OPTIN; p->sharedMemPerBlock = 49152;
-    snprintf(p->name, 256, "NVIDIA H200 (CPU emulator)"); return 0;
+    const EmuProfile& d = emu_profile();
+    p->multiProcessorCount = d.sms; p->major = d.major; p->minor = d.minor;
+    p->sharedMemPerBlockOptin = emu_smem_optin_limit(); p->sharedMemPerBlock = 49152; p->sharedMemPerMultiprocessor = d.smem_sm;
+    p->totalGlobalMem = d.memory_mib << 20;
+    snprintf(p->name, 256, "%s (CPU emulator)", d.name); return 0;
+}
+// fails as CUDA does (cudaErrorNoKernelImageForDevice) where the binary holds no code for the GPU (EMU_BINARY_ARCH)
+enum { cudaErrorNoKernelImageForDeviceEmu = 209 };
+template <typename F>
+static inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, F*) {
+    if (!emu_binary_runs_here()) return cudaErrorNoKernelImageForDeviceEmu;
+    a->maxThreadsPerBlock = 1024; a->numRegs = 0; a->sharedSizeBytes = 0; return 0;
 }
 static inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new EmuEvent(); return 0; }
 static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
@@ -400,7 +467,9 @@ static inline cudaError_t cudaGraphDestroy(cudaGraph_t g) { delete g; return 0; 
 static std::map<const void*, int> emu_smem_optin;
 template <typename F>
 static inline cudaError_t cudaFuncSetAttribute(F* f, cudaFuncAttribute, int bytes) {
-    if ((size_t)bytes > EMU_SMEM_OPTIN) emu_die("opt-in shared memory above 227 KB");
+    if ((size_t)bytes > emu_smem_optin_limit())
+        emu_dief("cudaFuncSetAttribute: %d bytes of dynamic shared memory, above the %zu a block of the %s may have", bytes,
+                 emu_smem_optin_limit(), emu_profile().name);
     emu_smem_optin[(const void*)f] = bytes; return 0;
 }
 

@@ -14,9 +14,9 @@ in_git=0
 git -C "$root" rev-parse --show-toplevel > /dev/null 2>&1 && in_git=1
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(selftest)
-[ "${targets[*]}" = all ] && targets=(selftest elementwise loss matmul optim attention test_xsa train train_ranks)
+[ "${targets[*]}" = all ] && targets=(selftest elementwise loss matmul optim attention test_xsa train train_ranks profiles)
 for t in "${targets[@]}"; do
-    case $t in selftest|elementwise|loss|matmul|optim|attention|test_xsa|train|train_ranks|gpu_check) ;; *) echo "run.sh: unknown target $t"; exit 2 ;; esac
+    case $t in selftest|elementwise|loss|matmul|optim|attention|test_xsa|train|train_ranks|gpu_check|profiles) ;; *) echo "run.sh: unknown target $t"; exit 2 ;; esac
 done
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/xsa_emu.XXXXXX")
@@ -130,6 +130,15 @@ PY
 # LOCAL_WORLD_SIZE = 1; NCCL's id through the rendezvous file; --shard-optimizer 0 --overlap-reduce 0) equal
 # to the forked ranks bit for bit (the emulator's NCCL sums in rank order, so the sharded optimizer's
 # reduces give the all-reduce's bits, and the buckets the whole buffer's)
+profiles() {  # the device profiles: attention on a 99 KB card and both dq bufferings; start-up and plans on every card
+    build train_gpt train_gpt.cu $target_flags && build attention dev/cuda/attention_check.cu $target_flags || return 1
+    echo "== attention_check at head_dim 128 on an RTX 4090 (99 KB per block: dq single-buffered, against the CPU twins)"
+    EMU_DEVICE=rtx4090 "$work/bin/attention" --no-timing --quiet --head-dim-128 || return 1
+    echo "== attention_check at head_dim 128 on an H200 (dq double-buffered, and single-buffered bit for bit)"
+    "$work/bin/attention" --no-timing --quiet --head-dim-128 || return 1
+    (cd "$work/src" && python3 dev/cuda/emu/profiles.py "$work/bin/train_gpt" ${EMU_PROFILES_TABLE:+--table})
+}
+
 train_ranks() {
     build train_gpt_nccl train_gpt.cu -DXSA_NCCL $target_flags || return 1
     (cd "$work/src" && g++ -O3 -march=native -std=c++17 -fopenmp -x c++ train_gpt.cu -o "$work/bin/train_gpt_cpu") || return 1
@@ -201,6 +210,7 @@ run_target() {
     train) train ;;
     train_ranks) train_ranks ;;
     gpu_check) gpu_check ;;
+    profiles) profiles ;;
     esac
 }
 
