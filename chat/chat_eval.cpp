@@ -26,6 +26,17 @@ static void usage() {
            "  --rendezvous FILE  ranks started by a launcher without MPI meet in FILE (see train_gpt --help)\n");
 }
 
+// An output file (-o, --answers) must be writable before the evaluation, not found unwritable after it: not a
+// directory, in a directory that exists and can be written into.
+static void check_output_file(const char* flag, const std::string& path) {
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) fail("%s '%s' is a directory; give a file name", flag, path.c_str());
+    const size_t slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) fail("%s '%s': the directory '%s' does not exist", flag, path.c_str(), dir.c_str());
+    if (access(dir.c_str(), W_OK) != 0) fail("%s '%s': cannot write into '%s': %s", flag, path.c_str(), dir.c_str(), strerror(errno));
+}
+
 int main(int argc, char** argv) {
     std::string weights, task_dir, csv, tokenizer, answers, rendezvous;
     int max_cat = -1, max_sample = -1, max_new = 512, ranks = 1;
@@ -48,6 +59,10 @@ int main(int argc, char** argv) {
     if (max_new < 1) fail("--max-new must be >= 1, got %d", max_new);
     if (ranks < 1 || ranks > MAX_RANKS) fail("--ranks must be in [1, %d], got %d", MAX_RANKS, ranks);
     if (!answers.empty() && ranks > 1) fail("--answers needs --ranks 1 (each rank keeps its own answers)");
+    if (!csv.empty()) check_output_file("-o", csv);
+    if (!answers.empty()) check_output_file("--answers", answers);
+    if (!csv.empty() && !answers.empty() && (csv == answers || same_file(csv, answers)))
+        fail("-o and --answers name the same file '%s'; give each its own", csv.c_str());
     ranks_launch(ranks, rendezvous);
     if (!answers.empty() && g_ranks.world > 1) fail("--answers needs one rank (each rank keeps its own answers)");
     backend_init();

@@ -110,7 +110,8 @@ static void sft_setup_plan(SftRun* s) {
     Run<SftLoader>* run = &s->run;
     Args& a = run->args;
     const bool resuming = !a.resume_dir.empty();
-    if (resuming && !a.init_from.empty()) fail("--resume and --init-from exclude each other (an SFT run resumes from its own checkpoints)");
+    if (resuming && !a.init_from.empty())
+        fail("--resume and --init-from exclude each other: an SFT run resumes from its own checkpoints (leave --init-from out)");
     s->source = resuming ? latest_checkpoint(a.resume_dir) : a.init_from;
     if (s->source.empty()) fail("--resume: no checkpoint ckpt_*.safetensors in '%s'", a.resume_dir.c_str());
     const std::string& source = s->source;
@@ -131,6 +132,7 @@ static void sft_setup_plan(SftRun* s) {
         fail("'%s' was trained with another tokenizer than '%s' (fingerprints differ)", source.c_str(), a.tokenizer_path.c_str());
     if (run->tok.vocab_size != c.vocab_size)
         fail("the tokenizer '%s' has %d tokens, the model in '%s' %d", a.tokenizer_path.c_str(), run->tok.vocab_size, source.c_str(), c.vocab_size);
+    sft_check_meta(s->sft.dir, a.tokenizer_path);  // the conversations were made with this tokenizer
     a.train_pattern = s->sft.dir + "/sft_train.bin";
     a.val_pattern = s->sft.dir + "/sft_val.bin";
     // Muon's weight decay: nanochat loads the base optimizer's state together with its last weight decay
@@ -157,6 +159,10 @@ static void sft_setup(SftRun* s) {
     sft_loader_init(&run->train, a.train_pattern, tok.vocab_size, tok.bos_id, run->B, run->T, g_ranks.rank, world,
                     a.steps > 0 ? (long)a.steps * run->accum : -1);
     sft_loader_init(&run->val, a.val_pattern, tok.vocab_size, tok.bos_id, run->B, run->T, 0, 1, -1);  // evaluate_bpb splits it
+    sft_check_targets(run->train.file, true, tok.token_bytes);
+    sft_check_targets(run->val.file, false, tok.token_bytes);
+    const std::string identity = sft_data_identity(run->train.file, run->val.file);  // what checkpoints record of the data
+    run->train.identity = identity;
     if (sft.chatcore_every > 0) {
         std::string dir = sft.chatcore_dir;
         if (dir.empty()) {  // the embedded bundle belongs to the embedded tokenizer; else the files made beside the tokenizer
@@ -208,7 +214,9 @@ static void sft_setup(SftRun* s) {
     run->out_dir = !a.output_dir.empty() ? a.output_dir : a.resume_dir;
     const std::string& source = s->source;
     if (!a.resume_dir.empty()) {
+        if (!a.allow_other_data) sft_check_resume_data(source, a.resume_dir, s->sft.dir, &run->train);
         load_checkpoint(source, &run->model, &run->opt, &run->train, &run->loop, a.allow_other_data);
+        run->train.identity = identity;  // (a checkpoint from before identities was compared by its legacy fingerprint)
         printf("resumed from %s at step %d\n", source.c_str(), run->loop.step);
         if (run->loop.step > run->num_steps) fail("'%s' is at step %d, past the %d steps of this run", source.c_str(), run->loop.step, run->num_steps);
     } else {
@@ -256,6 +264,14 @@ int main(int argc, char** argv) {
     s.run.program = "chat_sft";
     s.run.recorded_words = without_outputs(argument_words(argc, argv));  // the run line's record (chat_sft's --resume takes its flags again)
     run_begin(&s.run, argc, argv);
+    // the command a stop prints to resume (run_stop: these words with --resume DIR) leaves out --init-from, which a
+    // resume refuses: the run goes on from its own checkpoint
+    std::vector<std::string>& words = s.run.argv;
+    for (size_t i = 1; i < words.size();) {
+        const bool joined = words[i].rfind("--init-from=", 0) == 0;
+        if (words[i] == "--init-from" || joined) words.erase(words.begin() + i, words.begin() + std::min(words.size(), i + (joined ? 1 : 2)));
+        else i++;
+    }
     sft_setup_plan(&s);
     if (s.run.args.steps == 0) return 0;  // -n 0: the model and the plan only
     sft_setup(&s);

@@ -104,7 +104,10 @@ static inline ChatTask chat_task_load(const std::string& path, int vocab_size, i
     for (uint32_t i = 0; i < n; i++) {
         ChatItem item;
         ids(u32("a prompt length"), &item.prompt, "a prompt");
-        if (item.prompt.size() < 2 || item.prompt[0] != bos_id) fail("ChatCORE task file '%s': item %u's prompt does not start with BOS", path.c_str(), i);
+        if (item.prompt.empty() || item.prompt[0] != bos_id) fail("ChatCORE task file '%s': item %u's prompt does not start with BOS", path.c_str(), i);
+        if (item.prompt.size() < 2)  // (chat_eval.py renders BOS, the conversation, then <|assistant_start|>)
+            fail("ChatCORE task file '%s': item %u's prompt is BOS alone, not a conversation ending with <|assistant_start|>; make the file again "
+                 "with dev/data/chat_eval.py", path.c_str(), i);
         ids(u32("a choice count"), &item.choices, "the choices");
         item.gold = (int)u32("a gold index");
         if (task.kind == CHAT_CATEGORICAL ? (item.choices.size() < 2 || item.gold >= (int)item.choices.size() || item.gold < 0) : !item.choices.empty())
@@ -130,9 +133,14 @@ static inline std::vector<ChatTask> chat_tasks_load(const std::string& dir, int 
     FILE* f = fopen(index.c_str(), "r");
     if (!f) fail("no ChatCORE tasks in '%s': cannot read %s (%s); make them with dev/data/chat_eval.py", dir.c_str(), index.c_str(), strerror(errno));
     std::vector<ChatTask> tasks;
-    char line[4096];
-    while (fgets(line, sizeof line, f)) {
-        const std::string name = std::string(line).substr(0, strcspn(line, " \t\r\n"));
+    char* line = nullptr;  // each line whole, however long (getline grows it)
+    size_t capacity = 0;
+    struct LineFree {
+        char** line;
+        ~LineFree() { free(*line); }
+    } line_free{&line};
+    for (ssize_t got; (got = getline(&line, &capacity, f)) >= 0;) {
+        const std::string name = std::string(line, (size_t)got).substr(0, strcspn(line, " \t\r\n"));
         if (name.empty()) continue;
         tasks.push_back(chat_task_load(dir + "/" + name, vocab_size, bos_id));
         for (size_t i = 0; i + 1 < tasks.size(); i++)

@@ -20,13 +20,203 @@ struct SftArgs {
 };
 
 // ----------------------------------------------------------------------------------------------------
-// The data: resuming checks it, and rank counts
+// The conversation directory: its tokenizer (sft_meta.json), its targets, and its identity (resuming checks it)
 
-static std::string data_fingerprint(const SftLoader* dl) {
+// SHA-256 (FIPS 180-4) of a file's bytes, as hex: sft_meta.json records the tokenizer file's (Python's hashlib.sha256)
+static std::string sha256_file_hex(const std::string& path) {
+    static const uint32_t K[64] = {
+        0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be,
+        0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa,
+        0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85,
+        0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3,
+        0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f,
+        0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+    uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    auto rotr = [](uint32_t x, int n) { return (x >> n) | (x << (32 - n)); };
+    auto block = [&](const uint8_t* p) {
+        uint32_t w[64];
+        for (int i = 0; i < 16; i++) w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+        for (int i = 16; i < 64; i++) {
+            const uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3), s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+            w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+        }
+        uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], k = h[7];
+        for (int i = 0; i < 64; i++) {
+            const uint32_t t1 = k + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + K[i] + w[i];
+            const uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+            k = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
+        }
+        h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f, h[6] += g, h[7] += k;
+    };
+    InputFile in(path);
+    std::vector<uint8_t> buf(1 << 16);
+    uint64_t total = 0;
+    size_t got = 0;
+    for (uint64_t left = in.size; left > 0;) {  // whole 64-byte blocks; the last partial one stays in buf[0, got)
+        got = (size_t)std::min<uint64_t>(left, buf.size());
+        in.read(buf.data(), 1, got);
+        left -= got;
+        total += got;
+        const size_t whole = left > 0 ? got : got / 64 * 64;
+        for (size_t i = 0; i < whole; i += 64) block(buf.data() + i);
+        if (left == 0) {
+            memmove(buf.data(), buf.data() + whole, got - whole);
+            got -= whole;
+        }
+    }
+    uint8_t tail[128] = {};
+    memcpy(tail, buf.data(), got);
+    tail[got] = 0x80;
+    const size_t tail_bytes = got + 9 <= 64 ? 64 : 128;
+    for (int i = 0; i < 8; i++) tail[tail_bytes - 1 - i] = (uint8_t)((total * 8) >> (8 * i));
+    for (size_t i = 0; i < tail_bytes; i += 64) block(tail + i);
+    char hex[65];
+    for (int i = 0; i < 8; i++) snprintf(hex + 8 * i, 9, "%08x", h[i]);
+    return hex;
+}
+
+// The string value of `key` in the top-level object of sft.py's sft_meta.json (the first occurrence of "key":
+// sft.py writes no such key deeper); false if the key is absent or its value is not a string.
+static bool sft_meta_string(const std::string& text, const char* key, std::string* out) {
+    const std::string quoted = std::string("\"") + key + "\"";
+    size_t p = text.find(quoted);
+    if (p == std::string::npos) return false;
+    p += quoted.size();
+    while (p < text.size() && isspace((unsigned char)text[p])) p++;
+    if (p >= text.size() || text[p++] != ':') return false;
+    while (p < text.size() && isspace((unsigned char)text[p])) p++;
+    if (p >= text.size() || text[p++] != '"') return false;
+    out->clear();
+    for (; p < text.size() && text[p] != '"'; p++) {
+        if (text[p] == '\\' && ++p >= text.size()) return false;
+        out->push_back(text[p]);  // (an escape's character as written: the values read here are a path and hex digits)
+    }
+    return p < text.size();
+}
+
+// DIR/sft_meta.json (dev/data/sft.py writes it last) names the tokenizer the conversations were made with and
+// its SHA-256: it must be the model's tokenizer file (`tokenizer_path`), the same vocabulary size and BOS not
+// being the same tokens. Files made by hand, without sft_meta.json, are checked by the vocabulary size and BOS
+// in their headers only (said once).
+static void sft_check_meta(const std::string& dir, const std::string& tokenizer_path) {
+    const std::string path = dir + "/sft_meta.json";
+    if (access(path.c_str(), F_OK) != 0) {
+        printf("note: %s has no sft_meta.json (dev/data/sft.py writes it): the conversations' tokenizer is checked by its vocabulary size and BOS "
+               "only\n", dir.c_str());
+        return;
+    }
+    InputFile in(path);
+    if (in.size > (1u << 24)) fail("'%s' has %llu bytes; more than 16 MiB is not sft.py's sft_meta.json", path.c_str(), (unsigned long long)in.size);
+    std::string text(in.size, '\0');
+    in.read(&text[0], 1, text.size());
+    std::string sha, made_with;
+    if (!sft_meta_string(text, "tokenizer_sha256", &sha) || sha.size() != 64 || sha.find_first_not_of("0123456789abcdef") != std::string::npos)
+        fail("'%s' has no tokenizer_sha256 (64 hex digits) naming the tokenizer its conversations were made with; write the directory again with "
+             "dev/data/sft.py", path.c_str());
+    if (!sft_meta_string(text, "tokenizer", &made_with)) made_with = "?";
+    const std::string ours = sha256_file_hex(tokenizer_path);
+    if (sha != ours)
+        fail("'%s' says its conversations were made with the tokenizer '%s' (SHA-256 %.12s..), not the model's '%s' (%.12s..): make them with "
+             "the model's tokenizer (python3 dev/data/sft.py --tokenizer %s --out DIR)", path.c_str(), made_with.c_str(), sha.c_str(),
+             tokenizer_path.c_str(), ours.c_str(), tokenizer_path.c_str());
+}
+
+// A conversation file must hold something to learn from (training: a token of mask 1) or to measure
+// (validation: a token of mask 1 that stands for bytes: bits per byte counts bytes; token_bytes from the tokenizer).
+static void sft_check_targets(const ConversationFile& f, bool training, const std::vector<int>& token_bytes) {
+    const uint8_t* mask = f.mask();
+    const uint32_t* tokens = f.tokens();
+    for (uint64_t i = 0; i < f.ntokens; i++)
+        if (mask[i] == 1 && (training || (tokens[i] < token_bytes.size() && token_bytes[tokens[i]] > 0))) return;
+    if (training)
+        fail("conversation file '%s' has no trained tokens (every mask is 0): SFT would learn nothing from it; write it again with dev/data/sft.py "
+             "(the assistant's tokens are trained)", f.path.c_str());
+    fail("conversation file '%s' has no target tokens (no token of mask 1 that stands for text): its val bpb is undefined; write it again with "
+         "dev/data/sft.py", f.path.c_str());
+}
+
+// The conversations' identity, which checkpoints record (their "data"): a hash of the bytes of sft_train.bin and
+// sft_val.bin (the data trained on and the data measured), whatever their directory is called. 64-bit words
+// mixed into FNV-1a's state (8 bytes a step, so that a large file costs little more than reading it).
+struct SftIdentity {
+    Fnv1a fnv;
+    SftIdentity() {
+        const char tag[] = "xsa-train SFT conversations 2";
+        fnv.mix(tag, sizeof tag);
+    }
+    void mix(const uint8_t* p, size_t n) {
+        uint64_t h = fnv.h ^ n;
+        size_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            uint64_t w;
+            memcpy(&w, p + i, 8);
+            h = (h ^ w) * 1099511628211ull;
+            h ^= h >> 29;
+        }
+        fnv.h = h;
+        fnv.mix(p + i, n - i);
+    }
+};
+
+static std::string sft_data_identity(const ConversationFile& train, const ConversationFile& val) {
+    SftIdentity id;
+    for (const ConversationFile* f : {&train, &val}) id.mix((const uint8_t*)f->map, f->map_bytes);
+    return id.fnv.hex();
+}
+
+// The identity of the conversation files DIR/sft_train.bin and DIR/sft_val.bin, read as bytes; "" if one cannot be read
+static std::string sft_dir_identity(const std::string& dir) {
+    SftIdentity id;
+    for (const char* name : {"/sft_train.bin", "/sft_val.bin"}) {
+        const int fd = open((dir + name).c_str(), O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0) return "";
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            close(fd);
+            return "";
+        }
+        void* map = st.st_size > 0 ? mmap(nullptr, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
+        close(fd);
+        if (st.st_size > 0 && map == MAP_FAILED) return "";
+        id.mix((const uint8_t*)map, (size_t)st.st_size);
+        if (map) munmap(map, (size_t)st.st_size);
+    }
+    return id.fnv.hex();
+}
+
+// The fingerprint checkpoints record before the identity above (until 2026-12-05): sft_train.bin's name, header and size
+static std::string sft_legacy_fingerprint(const SftLoader* dl) {
     Fnv1a fnv;
     fingerprint_file(&fnv, dl->file.path);
     return fnv.hex();
 }
+
+static std::string data_fingerprint(const SftLoader* dl) { return dl->identity.empty() ? sft_legacy_fingerprint(dl) : dl->identity; }
+
+// --resume: the checkpoint `source` must have been trained on these conversations (DIR of --sft, `dir`): the same
+// identity, or for a checkpoint written before identities the same legacy fingerprint (then train->identity is
+// set to it, for load_checkpoint's comparison; the caller restores it). The run's own directory, from its
+// recorded arguments, is named in the message.
+static void sft_check_resume_data(const std::string& source, const std::string& resume_dir, const std::string& dir, SftLoader* train) {
+    SafetensorsFile file = safetensors_read(source);
+    const std::string recorded = file.metadata.count("data") ? file.meta("data") : "";
+    if (recorded == train->identity) return;
+    if (recorded == sft_legacy_fingerprint(train)) {
+        train->identity = recorded;
+        return;
+    }
+    // the directory the run started on (its recorded --sft), named where its files are still the checkpoint's
+    const std::string ran_on = flag_value(recorded_arguments(resume_dir, "chat_sft"), "--sft");
+    if (!ran_on.empty() && sft_dir_identity(ran_on) == recorded)
+        fail("'%s' was trained on the conversations of '%s', not those of '%s' (their sft_train.bin or sft_val.bin differ): resume with --sft %s, "
+             "or add --allow-other-data 1 if the change is intended", source.c_str(), ran_on.c_str(), dir.c_str(), ran_on.c_str());
+    fail("'%s' was trained on other conversations than those of '%s' (its data identity %s; these sft_train.bin and sft_val.bin give %s): "
+         "resume with --sft and the directory it was trained on, or add --allow-other-data 1 if the change is intended", source.c_str(),
+         dir.c_str(), recorded.c_str(), train->identity.c_str());
+}
+
+// ----------------------------------------------------------------------------------------------------
+// Rank counts and the epoch
 
 static uint64_t loader_data_seed(const SftLoader*) { return 0; }  // SFT's order is nanochat's
 

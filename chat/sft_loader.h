@@ -54,6 +54,14 @@ static inline void conversation_file_open(ConversationFile* f, const std::string
             fail("conversation file '%s' was written with a tokenizer of %d tokens and BOS %d; this model's has %d and BOS %d (prepare it with the "
                  "model's tokenizer)", path.c_str(), f->vocab_size, f->bos_id, vocab_size, bos_id);
     });
+    // the index covers the tokens exactly: the first conversation starts at token 0, the last ends at the last token
+    const uint64_t first = f->offsets()[0], last = f->offsets()[f->count];
+    if (first != 0 || last != f->ntokens) {
+        mapped_file_close(f);  // (the fuzz build's fail() throws: nothing left mapped)
+        fail("conversation file '%s' is corrupt: %s %llu, but it holds %llu tokens (its index of %llu conversations does not cover them; "
+             "write it again with dev/data/sft.py)", path.c_str(), first != 0 ? "its first conversation starts at token" : "its last conversation ends at token",
+             (unsigned long long)(first != 0 ? first : last), (unsigned long long)f->ntokens, (unsigned long long)f->count);
+    }
 }
 
 struct ConversationSpan {
@@ -66,6 +74,9 @@ struct ConversationSpan {
 // the file, BOS first, ids in the vocabulary, mask values 0 or 1 (once, when it is fetched).
 static inline ConversationSpan conversation_span(const ConversationFile& f, uint64_t c, int max_length) {
     mapped_file_check(f);
+    if (c >= f.count)  // (sft_loader_init refuses fewer conversations than ranks, where a rank's first would be past the end)
+        fail("conversation file '%s' holds %llu conversation%s; conversation %llu was asked for (fewer conversations than ranks?)", f.path.c_str(),
+             (unsigned long long)f.count, f.count == 1 ? "" : "s", (unsigned long long)c);
     const uint64_t begin = f.offsets()[c], end = f.offsets()[c + 1];
     if (begin >= end || end > f.ntokens || (c == 0 && begin != 0))
         fail("conversation file '%s' is corrupt: conversation %llu spans tokens [%llu, %llu) of %llu", f.path.c_str(), (unsigned long long)c,
@@ -92,6 +103,7 @@ struct SftLoader {
     uint64_t cursor = 0, consumed = 0;
     int64_t epoch = 1, batches = 0;
     std::vector<ConversationSpan> buffer;  // checked when fetched (conversation_span)
+    std::string identity;       // the data's identity that checkpoints record (sft.h: sft_data_identity; "": not computed)
     // after each batch
     bool last_batch = false;    // nanochat's last_step: this batch took the last conversation of the pass
     double progress = 0.0;      // batches / num_batches with -n, else consumed / conversations
@@ -113,6 +125,14 @@ static inline void sft_loader_init(SftLoader* dl, const std::string& path, int v
                                    long num_batches) {
     *dl = SftLoader();
     conversation_file_open(&dl->file, path, vocab_size, bos_id);
+    // rank r takes conversations r, r + W, ..: each rank needs one of its own (checked on every rank, so that all end alike)
+    if ((uint64_t)world > dl->file.count) {
+        const unsigned long long count = dl->file.count;
+        mapped_file_close(&dl->file);
+        fail("conversation file '%s' holds %llu conversation%s, fewer than the %d ranks: each rank trains on conversations of its own "
+             "(rank r takes r, r + %d, ..); run on at most %llu rank%s", path.c_str(), count, count == 1 ? "" : "s", world, world, count,
+             count == 1 ? "" : "s");
+    }
     dl->B = B;
     dl->T = T;
     dl->rank = rank;

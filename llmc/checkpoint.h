@@ -31,7 +31,7 @@ struct LoopState {
 // What the training data was: each shard's file name, size and a hash of its header (FNV-1a), hashed
 // together. A checkpoint records it, so that resuming on other data is an error rather than a silent
 // change of the data order.
-// (SFT: the same of its conversation file: chat/chat_sft.cu.)
+// (SFT records a hash of the bytes of its two conversation files instead: chat/sft.h, sft_data_identity.)
 static void fingerprint_file(Fnv1a* fnv, const std::string& path) {
     const size_t slash = path.rfind('/');
     const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);

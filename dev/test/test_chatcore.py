@@ -203,6 +203,44 @@ class TestChatCore(xsatest.TempDirTest):
                 f.write("01_ARC-Easy.bin ARC-Easy categorical 8 0.25\n")
             check_one_error(self, [ce, "-e", MODEL, "-c", self.path(name)], expect)
 
+    def test_outputs_checked_first(self):
+        """-o and --answers that cannot be written are refused before the evaluation (one error line, nothing evaluated)"""
+        ce = binary("chat_eval")
+        os.makedirs(self.path("dir.csv"))
+        cases = [("-o", self.path("none", "out.csv"), "-o '%s': the directory '%s' does not exist" % (self.path("none", "out.csv"), self.path("none"))),
+                 ("-o", self.path("dir.csv"), "-o '%s' is a directory" % self.path("dir.csv")),
+                 ("--answers", self.path("none", "a.jsonl"), "--answers '%s': the directory '%s' does not exist" % (self.path("none", "a.jsonl"),
+                                                                                                                  self.path("none")))]
+        for flag, path, expect in cases:
+            argv = [ce, "-e", MODEL, "-c", TASKS, "--max-cat", "1", "--max-sample", "1", "--max-new", "1", flag, path]
+            check_one_error(self, argv, expect)
+            code, out = run(argv)
+            with self.subTest("%s %s: refused before the evaluation" % (flag, path)):
+                self.assertTrue(code == 1 and "ChatCORE" not in out and "items in" not in out, "exit %d:\n%s" % (code, out))
+        check_one_error(self, [ce, "-e", MODEL, "-c", TASKS, "-o", self.path("same"), "--answers", self.path("same")],
+                        "-o and --answers name the same file")
+
+    def test_index_and_prompts(self):
+        """an index.txt line longer than 4095 bytes is read whole (not split into a second task name); a prompt of BOS
+        alone is refused as such (not as one that does not start with BOS)"""
+        good = read(os.path.join(REPO, TASKS, "01_ARC-Easy.bin"))
+        os.makedirs(self.path("long"))
+        with open(self.path("long", "01_ARC-Easy.bin"), "wb") as f:
+            f.write(good)
+        with open(self.path("long", "index.txt"), "w") as f:
+            f.write("01_ARC-Easy.bin ARC-Easy categorical 8 0.25 " + "x" * 5000 + "\n")  # (4096 bytes in: a second "name" at old builds)
+        code, out = chat_eval("-c", self.path("long"), "--max-cat", "2")
+        with self.subTest("a line of 5,000 bytes: ARC-Easy evaluated, nothing else"):
+            self.assertTrue(code == 0 and re.search(r"^ARC-Easy\b", out, re.M), "exit %d:\n%s" % (code, out[-3000:]))
+        (n_prompt,) = struct.unpack_from("<I", good, 1024)
+        (bos,) = struct.unpack_from("<i", good, 20)
+        os.makedirs(self.path("bos"))
+        with open(self.path("bos", "01_ARC-Easy.bin"), "wb") as f:
+            f.write(good[:1024] + struct.pack("<II", 1, bos) + good[1028 + 4 * n_prompt:])
+        with open(self.path("bos", "index.txt"), "w") as f:
+            f.write("01_ARC-Easy.bin ARC-Easy categorical 8 0.25\n")
+        check_one_error(self, [binary("chat_eval"), "-e", MODEL, "-c", self.path("bos")], "item 0's prompt is BOS alone")
+
 
 if __name__ == "__main__":
     unittest.main()
