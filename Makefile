@@ -145,37 +145,49 @@ build/arch/report.txt: train_gpt.cu $(HEADERS) dev/cuda/arch_check.py
 
 # What dev/gpu_check.sh runs, built here for a GPU machine (carry build/gpu with the device tool): device code
 # for sm_90 (H100/H200), host code for x86-64-v3 (AVX2 and FMA, every x86 server CPU since 2015) instead of
-# -march=native, whose instructions the GPU machine's CPU may lack. build/gpu/SOURCES is a hash of the
-# sources (dev/gpu_sources_hash.sh): gpu_check.sh uses the binaries only if it matches the sources it runs
-# with. (Edit no source while this builds: the hash is taken at the end.)
+# -march=native, whose instructions the GPU machine's CPU may lack. The set is for one GPU and needs no NCCL
+# (built without -DXSA_NCCL and -lnccl, and without MPI): it links libcublasLt.so.13 and libgomp.so.1 only;
+# where nccl.h is found, train_gpt_cuda_nccl is the multi-GPU trainer beside it (-DXSA_NCCL -lnccl), which
+# gpu_check.sh uses only where libnccl.so.2 is found. versions (dev/gpu/versions.cu) prints the versions of the
+# CUDA runtime, driver, cuBLASLt and NCCL it finds. build/gpu/SOURCES is a hash of the sources
+# (dev/gpu_sources_hash.sh): gpu_check.sh uses the binaries only if it matches the sources it runs with.
+# (Edit no source while this builds: the hash is taken at the end.)
 GPU_BIN = build/gpu
 PORTABLE = -march=x86-64-v3
-GPU_NVCCFLAGS = $(subst -march=native,$(PORTABLE),$(NVCCFLAGS))
+GPU_NVCCFLAGS_NCCL = $(subst -march=native,$(PORTABLE),$(NVCCFLAGS))
+GPU_NVCCFLAGS = $(filter-out -DXSA_NCCL,$(GPU_NVCCFLAGS_NCCL))
+GPU_CUDA_LIBS = $(filter-out -lnccl,$(CUDA_LIBS))
 GPU_CXXFLAGS = $(subst -march=native,$(PORTABLE),$(CXXFLAGS))
-GPU_BINARIES = $(addprefix $(GPU_BIN)/,train_gpt_cuda test_xsa_cuda bench_fwdbwd_cuda sample_cuda chat_sft_cuda train_gpt_cpu test_xsa_cpu \
-               $(notdir $(CUDA_CHECKS)))
+GPU_BINARIES = $(addprefix $(GPU_BIN)/,train_gpt_cuda test_xsa_cuda bench_fwdbwd_cuda sample_cuda chat_sft_cuda train_gpt_cpu test_xsa_cpu versions \
+               $(notdir $(CUDA_CHECKS)) $(if $(NCCL_HEADER),train_gpt_cuda_nccl))
 $(GPU_BINARIES): override CUDA_ARCH = 90
 gpu_binaries: $(GPU_BINARIES)
 	sh dev/gpu_sources_hash.sh > $(GPU_BIN)/SOURCES
-	@echo "gpu_binaries: $(GPU_BIN) ($$(du -sh $(GPU_BIN) | cut -f1)), sources $$(cat $(GPU_BIN)/SOURCES)"
+	@echo "gpu_binaries: $(GPU_BIN) ($$(du -sh $(GPU_BIN) | cut -f1)), sources $$(cat $(GPU_BIN)/SOURCES)$(if $(NCCL_HEADER),, (no nccl.h: no train_gpt_cuda_nccl))"
 $(GPU_BIN)/train_gpt_cuda: train_gpt.cu $(HEADERS)
 	@mkdir -p $(GPU_BIN)
-	$(NVCC) $(GPU_NVCCFLAGS) train_gpt.cu -o $@ $(CUDA_LIBS)
+	$(NVCC) $(GPU_NVCCFLAGS) train_gpt.cu -o $@ $(GPU_CUDA_LIBS)
+$(GPU_BIN)/train_gpt_cuda_nccl: train_gpt.cu $(HEADERS)
+	@mkdir -p $(GPU_BIN)
+	$(NVCC) $(GPU_NVCCFLAGS_NCCL) train_gpt.cu -o $@ $(CUDA_LIBS)
 $(GPU_BIN)/test_xsa_cuda: test_xsa.cu dev/test/check.h train_gpt.cu $(HEADERS)
 	@mkdir -p $(GPU_BIN)
-	$(NVCC) $(GPU_NVCCFLAGS) $(NVCC_LIBFLAGS) -x cu test_xsa.cu -o $@ $(CUDA_LIBS)
+	$(NVCC) $(GPU_NVCCFLAGS) $(NVCC_LIBFLAGS) -x cu test_xsa.cu -o $@ $(GPU_CUDA_LIBS)
 $(GPU_BIN)/bench_fwdbwd_cuda: dev/bench/bench_fwdbwd.cu train_gpt.cu $(HEADERS)
 	@mkdir -p $(GPU_BIN)
-	$(NVCC) $(GPU_NVCCFLAGS) $(NVCC_LIBFLAGS) dev/bench/bench_fwdbwd.cu -o $@ $(CUDA_LIBS)
+	$(NVCC) $(GPU_NVCCFLAGS) $(NVCC_LIBFLAGS) dev/bench/bench_fwdbwd.cu -o $@ $(GPU_CUDA_LIBS)
 $(GPU_BIN)/sample_cuda: chat/sample.cpp train_gpt.cu $(HEADERS)
 	@mkdir -p $(GPU_BIN)
-	$(NVCC) $(GPU_NVCCFLAGS) $(NVCC_LIBFLAGS) -x cu chat/sample.cpp -o $@ $(CUDA_LIBS)
+	$(NVCC) $(GPU_NVCCFLAGS) $(NVCC_LIBFLAGS) -x cu chat/sample.cpp -o $@ $(GPU_CUDA_LIBS)
 $(GPU_BIN)/chat_sft_cuda: chat/chat_sft.cu train_gpt.cu $(HEADERS)
 	@mkdir -p $(GPU_BIN)
-	$(NVCC) $(GPU_NVCCFLAGS) $(NVCC_LIBFLAGS) chat/chat_sft.cu -o $@ $(CUDA_LIBS)
+	$(NVCC) $(GPU_NVCCFLAGS) $(NVCC_LIBFLAGS) chat/chat_sft.cu -o $@ $(GPU_CUDA_LIBS)
+$(GPU_BIN)/versions: dev/gpu/versions.cu
+	@mkdir -p $(GPU_BIN)
+	$(NVCC) $(GPU_NVCCFLAGS) $< -o $@ -ldl
 $(GPU_BIN)/%_check: dev/cuda/%_check.cu dev/cuda/check_util.cuh $(HEADERS)
 	@mkdir -p $(GPU_BIN)
-	$(NVCC) $(GPU_NVCCFLAGS) $(NVCC_LIBFLAGS) -I. $< -o $@ $(CUDA_LIBS)
+	$(NVCC) $(GPU_NVCCFLAGS) $(NVCC_LIBFLAGS) -I. $< -o $@ $(GPU_CUDA_LIBS)
 $(GPU_BIN)/train_gpt_cpu: train_gpt.cu $(HEADERS)
 	@mkdir -p $(GPU_BIN)
 	$(CXX) $(GPU_CXXFLAGS) $(OMPFLAGS) -x c++ train_gpt.cu -o $@
