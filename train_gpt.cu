@@ -1318,6 +1318,45 @@ static void optimizer_step(Optimizer* opt, GPT* model, const UpdateSchedule& s) 
     opt->step++;
 }
 
+// One update's time in ms, for the estimate, without changing the run: each Muon shape's update timed on copies of
+// one of its tensors (x the tensors of that shape this rank updates), AdamW on copies of its largest tensor
+// (memory-bound: x the elements this rank updates over that tensor's). The ranks' sums and gathers are not
+// counted. CPU backend; on CUDA 0 (an update is a few ms there against seconds of micro-steps: not timed).
+static double optimizer_estimate_ms(const Optimizer* opt, const GPT* model) {
+#ifdef __CUDACC__
+    (void)opt, (void)model;
+    return 0.0;
+#else
+    const OptimConfig& c = opt->config;
+    const OptimizerLayout& L = opt->layout;
+    double ms = 0.0;
+    std::vector<float> work(opt->work.size());
+    for (const MuonStack& st : opt->stacks) {
+        const ParamTensor& t = model->table[st.tensors[0]];
+        std::vector<float> p(model->params + t.offset, model->params + t.offset + t.numel), m(t.numel, 0.0f);
+        std::vector<float> s(normuon_state_size(st.rows, st.cols), 0.0f);
+        const double t0 = wall_ms();
+        muon_update_cpu(p.data(), model->grads + t.offset, m.data(), s.data(), work.data(), st.rows, st.cols, 0.01f, 0.95f, 0.0f,
+                        c.muon_eq, c.muon_plus);
+        ms += (wall_ms() - t0) * st.tensors.size();
+    }
+    size_t largest = 0, elements = 0;  // of the AdamW tensors this rank updates
+    for (size_t i = 0; i < model->table.size(); i++)
+        if (!uses_muon(opt, i) && L.own_end[i] > L.own_begin[i]) {
+            elements += L.own_end[i] - L.own_begin[i];
+            if (L.own_end[i] - L.own_begin[i] > L.own_end[largest] - L.own_begin[largest] || uses_muon(opt, largest)) largest = i;
+        }
+    if (elements > 0) {
+        const size_t n = L.own_end[largest] - L.own_begin[largest], at = model->table[largest].offset + L.own_begin[largest];
+        std::vector<float> p(model->params + at, model->params + at + n), m(n, 0.0f), v(n, 0.0f);
+        const double t0 = wall_ms();
+        adamw_update_cpu(p.data(), model->grads + at, m.data(), v.data(), n, 0.01f, 0.9f, 0.95f, 1e-10f, 0.0f, 1);
+        ms += (wall_ms() - t0) * (double)elements / (double)n;
+    }
+    return ms;
+#endif
+}
+
 // The whole optimizer state in the checkpoints' layout, on rank 0 (zero_gather_state); every rank calls it.
 static std::vector<float> optimizer_full_state(const Optimizer* opt, GPT* model) {
     return zero_gather_state(opt->layout, model->table, opt->m, opt->v, model->grads, opt->shards);
@@ -1905,6 +1944,7 @@ static const RunSetting RUN_SETTINGS[] = {
     {"--data-seed", [](const Args& a) { return std::to_string(a.data_seed); }},
     {"--tokenizer", [](const Args& a) { return a.tokenizer_path; }},
     {"-i", [](const Args& a) { return a.allow_other_data ? std::string("(any)") : a.train_pattern; }},
+    {"-j", [](const Args& a) { return a.allow_other_data ? std::string("(any)") : a.val_pattern; }},  // (val bpb compares with the run's)
 };
 
 // The command line's arguments, after those the run recorded when this is a --resume of a run that recorded them
@@ -2129,9 +2169,11 @@ static void run_open_metrics(Run<Loader>* run) {
     if (run->args.overwrite)  // under the lock, before this run writes anything (check_outputs refused them otherwise)
         for (const std::string& f : run_files(run->out_dir))
             if (unlink(f.c_str()) != 0 && errno != ENOENT) fail("--overwrite: cannot delete '%s': %s", f.c_str(), strerror(errno));
-    if (run->args.resume_dir.empty()) {
+    if (run->args.resume_dir.empty() || run->args.new_log) {  // (--new-log 1: check_resume_log found none to continue)
         metrics_open(&run->metrics, path, false);
         metrics_write(&run->metrics, run_line(*run));
+        if (run->args.new_log)
+            printf("metrics: a new %s from step %d on (--new-log 1): the lines of the steps before are lost\n", path.c_str(), run->loop.step);
     } else {
         truncate_metrics(path, run->loop.step);
         metrics_open(&run->metrics, path, true);
@@ -2154,7 +2196,7 @@ static void run_setup_model(Run<DataLoader>* run) {
         if (!a.init_from.empty()) fail("--resume and --init-from exclude each other");
         std::string ckpt = latest_checkpoint(a.resume_dir);
         if (ckpt.empty()) fail("--resume: no checkpoint ckpt_*.safetensors in '%s'", a.resume_dir.c_str());
-        load_checkpoint(ckpt, &run->model, &run->opt, &run->train, &run->loop, a.allow_other_data);
+        load_checkpoint(ckpt, &run->model, &run->opt, &run->train, &run->val, &run->loop, a.allow_other_data);
         printf("resumed from %s at step %d\n", ckpt.c_str(), run->loop.step);
         run->last_checkpoint = ckpt;
         if (run->loop.step > run->num_steps) fail("'%s' is at step %d, past the %d steps of this run", ckpt.c_str(), run->loop.step, run->num_steps);
@@ -2176,7 +2218,8 @@ static void run_setup_model(Run<DataLoader>* run) {
 // Before training: one micro-step timed on a batch of BOS tokens (on CUDA the second of two, the first
 // paying for cuBLASLt's set-up -- with --matmul-tune, the timing of its candidates; every rank then takes
 // rank 0's choices -- and the second for the graph capture) gives rank 0's estimate of a step (x the
-// micro-batches; the update and the ranks' sums are not counted) and of the run's remaining steps, and of
+// micro-batches, + the optimizer update on the CPU, optimizer_estimate_ms; the ranks' sums are not counted)
+// and of the run's remaining steps, and of
 // its bpb evaluations (forward only: about a third of a micro-step per batch). CORE is not counted. Warns
 // when the run would take more than a day. Every rank runs it. Nothing of the run changes: train_step
 // clears the gradients and the step's sums, and the grad scale is the run's own, so a captured graph is reused.
@@ -2198,11 +2241,12 @@ static void run_estimate(Run<Loader>* run) {
         if (i == 0 && g_ranks.world > 1) backend_matmul_take_chosen(ranks_gather(backend_matmul_chosen())[0]);
     }
     if (g_ranks.rank != 0) return;
+    const double update_ms = optimizer_estimate_ms(&run->opt, &run->model);
     const std::string matmul_summary = backend_matmul_summary();
     if (!matmul_summary.empty()) printf("%s\n", matmul_summary.c_str());
     int evals = 0;  // the bpb evaluations still to run: every `every` steps and at the last
     for (int step = first; step <= n; step++) evals += step == n || step % every == 0;
-    const double step_s = run->accum * micro_ms / 1000.0, train_s = (n - first) * step_s;
+    const double step_s = (run->accum * micro_ms + update_ms) / 1000.0, train_s = (n - first) * step_s;
     run->estimate_step_ms = 1000.0 * step_s;
     const double eval_s = evals * ceil((double)run->eval_steps / g_ranks.world) * micro_ms / 3000.0;
     auto duration = [](double sec) {
@@ -2214,8 +2258,10 @@ static void run_estimate(Run<Loader>* run) {
         else snprintf(buf, sizeof buf, "%.1f days", sec / 86400);
         return std::string(buf);
     };
-    printf("estimate (one micro-step timed: %.1f ms x %d per step): %s per step, %s for the %d steps %s, + %s for %d val bpb evaluations\n",
-           micro_ms, run->accum, duration(step_s).c_str(), duration(train_s).c_str(), n - first, first > 0 ? "left" : "of the run",
+    char update[64] = "";
+    if (update_ms > 0.0) snprintf(update, sizeof update, " + the update %.1f ms", update_ms);
+    printf("estimate (one micro-step timed: %.1f ms x %d per step%s): %s per step, %s for the %d steps %s, + %s for %d val bpb evaluations\n",
+           micro_ms, run->accum, update, duration(step_s).c_str(), duration(train_s).c_str(), n - first, first > 0 ? "left" : "of the run",
            duration(eval_s).c_str(), evals);
     if (train_s + eval_s > 86400.0)
         printf("warning: this run would take about %s on this backend (%s); a GPU, a smaller model (-d) or fewer steps (-n) would "
@@ -2324,7 +2370,7 @@ static void run_train_step(Run<Loader>* run, int step, bool first) {
 template <typename Loader>
 static void run_checkpoint(Run<Loader>* run) {
     const std::string path = checkpoint_path(run->out_dir, run->loop.step);
-    save_checkpoint(path, &run->model, &run->opt, &run->train, run->loop);
+    save_checkpoint(path, &run->model, &run->opt, &run->train, &run->val, run->loop);
     metrics_sync(&run->metrics);
     printf("checkpoint %s\n", path.c_str());
     run->last_checkpoint = path;
@@ -2341,11 +2387,11 @@ template <typename Loader>
     std::string resume = run->argv[0];  // the same command, its output directory given as --resume
     for (size_t i = 1; i < run->argv.size(); i++) {
         const std::string& w = run->argv[i];
-        if (w == "-o" || w == "--output" || w == "--resume" || w == "--overwrite") {
+        if (is_output_option(w)) {
             i++;
             continue;
         }
-        if (w.rfind("--output=", 0) == 0 || w.rfind("--resume=", 0) == 0) continue;
+        if (w.rfind("--", 0) == 0 && w.find('=') != std::string::npos && is_output_option(w.substr(0, w.find('=')))) continue;
         resume += " " + (w.find_first_of(" '\"$*?") == std::string::npos ? w : "'" + w + "'");
     }
     const std::string saved = std::string("resume with: ") + (g_ranks.launched ? "(every rank, started as this one was) " : "") + resume +

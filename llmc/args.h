@@ -15,6 +15,8 @@ static const char* const RUN_USAGE =
         "                         written (default -1: keep all; a d24 checkpoint is tens of GB)\n"
         "  --resume DIR           continue from the latest checkpoint in DIR, bit-identically (same flags)\n"
         "  --overwrite 0|1        with -o DIR: delete the files of an earlier run in DIR first (default 0: refused)\n"
+        "  --new-log 0|1          with --resume DIR whose metrics.jsonl is lost: start a new one from the checkpoint\n"
+        "                         (default 0: refused; give the run's flags again, its run line held them)\n"
         "  --export-safetensors FILE  write the final weights as safetensors (nanochat names, fp32)\n"
         "Distributed\n"
         "  --threads N            CPU threads per rank (default: $OMP_NUM_THREADS, else the cores, shared by the\n"
@@ -28,7 +30,8 @@ static const char* const RUN_USAGE =
 
 // The shared options a run rarely sets: the end of the last group of each program's --help
 static const char* const RUN_USAGE_MORE =
-        "  --allow-other-data 0|1 with --resume: continue on training shards other than the checkpoint's (default 0)\n"
+        "  --allow-other-data 0|1 with --resume: continue on training or validation shards other than the checkpoint's\n"
+        "                         (default 0)\n"
         "  --shard-optimizer 0|1  with several ranks, split the optimizer's work and state over them as nanochat\n"
         "                         does (ZeRO-2; default 1), or let every rank run all of it (0); the same result\n"
         "  --overlap-reduce 0|1   CUDA with several ranks: sum each layer's gradient over the ranks while the\n"
@@ -80,6 +83,7 @@ struct Args {
     std::string output_dir, resume_dir, init_from, export_path;
     bool allow_other_data = false;
     bool overwrite = false;  // --overwrite: -o DIR may hold an earlier run's files, deleted before this run writes
+    bool new_log = false;    // --new-log: --resume DIR without DIR/metrics.jsonl starts a new one
     int batch = -1;  // -1: default_batch
     int steps = -1;
     uint64_t seed = 42;
@@ -194,6 +198,7 @@ static bool parse_run_flag(Args* args, const std::string& flag, const char* valu
     else if (flag == "--resume") args->resume_dir = value;
     else if (flag == "--allow-other-data") args->allow_other_data = parse_bool(f, value);
     else if (flag == "--overwrite") args->overwrite = parse_bool(f, value);
+    else if (flag == "--new-log") args->new_log = parse_bool(f, value);
     else if (flag == "--init-from") args->init_from = value;
     else if (flag == "--export-safetensors") args->export_path = value;
     else if (flag == "--ranks") args->ranks = parse_int32(f, value);
@@ -236,11 +241,17 @@ static std::string flag_value(const std::vector<std::string>& words, const char*
     return value;
 }
 
-// The words without the output options (where a run writes, and whether it may overwrite): what a run records.
+// The output options: where a run writes, whether it may overwrite, whether it starts a new log. A run does not record
+// them, and the command a stopped run prints to resume it leaves them out (it gives --resume DIR).
+static bool is_output_option(const std::string& flag) {
+    return flag == "-o" || flag == "--output" || flag == "--resume" || flag == "--overwrite" || flag == "--new-log";
+}
+
+// The words without the output options: what a run records.
 static std::vector<std::string> without_outputs(const std::vector<std::string>& words) {
     std::vector<std::string> kept;
     for (size_t i = 0; i < words.size(); i++) {
-        if (words[i] == "-o" || words[i] == "--output" || words[i] == "--resume" || words[i] == "--overwrite") {
+        if (is_output_option(words[i])) {
             i++;
             continue;
         }
@@ -261,6 +272,8 @@ static std::string json_words(const std::vector<std::string>& words) {
 // was run by another program than `program` (its arguments are not this one's; the checkpoint check says why).
 static std::vector<std::string> recorded_arguments(const std::string& dir, const char* program) {
     std::vector<std::string> words;
+    struct stat st;  // (not a regular file, e.g. a FIFO that would block: check_resume_log says so)
+    if (stat((dir + "/metrics.jsonl").c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return words;
     FILE* f = fopen((dir + "/metrics.jsonl").c_str(), "rb");
     if (!f) return words;
     std::string line;
@@ -273,7 +286,7 @@ static std::vector<std::string> recorded_arguments(const std::string& dir, const
         line.compare(at - (by.size() - tail.size()), by.size(), by) != 0)
         return words;
     const std::string path = dir + "/metrics.jsonl";
-    JsonReader r{line, at + tail.size() - 1, path.c_str()};
+    JsonReader r{line, at + tail.size() - 1, path.c_str(), "run line"};
     r.expect('[');
     if (!r.consume(']')) {
         do words.push_back(r.string_value());
@@ -331,6 +344,36 @@ static void check_export_path(const Args& a) {
         fail("--export-safetensors '%s' is a name this run gives its own files in '%s'; export to another name", a.export_path.c_str(), out.c_str());
 }
 
+// --resume DIR needs the run's log, DIR/metrics.jsonl, beginning with its run line: it holds the run's settings
+// (train_gpt takes its flags from there) and its metrics up to now, which the resumed run continues. Without it a
+// resume would start a log with neither (and train_gpt would take the default settings), so it is refused unless
+// --new-log 1 asks for a new log, started from the checkpoint with a run line of this command's flags.
+static void check_resume_log(const Args& a) {
+    const std::string path = a.resume_dir + "/metrics.jsonl";
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) fail("'%s' is not a regular file", path.c_str());
+    FILE* f = fopen(path.c_str(), "rb");
+    if (f == nullptr && errno != ENOENT) fail("--resume: cannot read '%s': %s", path.c_str(), strerror(errno));
+    if (f == nullptr) {
+        if (a.new_log) return;
+        fail("--resume %s: the run's log '%s' is missing (its run line held the run's settings, and it holds the metrics so far): "
+             "restore it, or add --new-log 1 to start a new metrics.jsonl from the checkpoint (give the run's flags again: the "
+             "checkpoint checks those of the model and the optimizer)", a.resume_dir.c_str(), path.c_str());
+    }
+    char start[32] = "";
+    const size_t got = fread(start, 1, sizeof start - 1, f);
+    fclose(f);
+    static const char RUN_LINE[] = "{\"step\": 0, \"kind\": \"run\"";
+    const bool has_run_line = got >= sizeof RUN_LINE - 1 && memcmp(start, RUN_LINE, sizeof RUN_LINE - 1) == 0;
+    if (a.new_log)
+        fail("--new-log 1 starts a new metrics.jsonl in '%s', which has one%s: leave --new-log out%s", a.resume_dir.c_str(),
+             has_run_line ? "" : " (without a run line)", has_run_line ? "" : ", or move the file away first");
+    if (!has_run_line)
+        fail("--resume %s: the run's log '%s' does not start with its run line ({\"step\": 0, \"kind\": \"run\", ...}, which holds "
+             "the run's settings): restore it, or move it away and add --new-log 1 to start a new metrics.jsonl from the checkpoint "
+             "(give the run's flags again)", a.resume_dir.c_str(), path.c_str());
+}
+
 static void check_outputs(const Args& a) {
     if (!a.resume_dir.empty()) {  // at once, before any set-up
         struct stat st;
@@ -339,6 +382,9 @@ static void check_outputs(const Args& a) {
             fail("--resume: no checkpoint ckpt_*.safetensors in '%s' (start a run with -o, and --save-every for checkpoints before the end)",
                  a.resume_dir.c_str());
         if (a.overwrite) fail("--overwrite 1 goes with -o DIR (a new run); --resume continues the run in '%s'", a.resume_dir.c_str());
+        check_resume_log(a);
+    } else if (a.new_log) {
+        fail("--new-log 1 goes with --resume DIR (a run whose metrics.jsonl is lost)");
     }
     if (!a.output_dir.empty() && !a.overwrite) {
         const std::vector<std::string> old = run_files(a.output_dir);

@@ -54,6 +54,14 @@ static std::string data_fingerprint(const DataLoader* dl) {
     return fnv.hex();
 }
 
+// The validation data's fingerprint, which a checkpoint records as "val_data": a resumed run evaluating on other
+// shards would log val bpb that does not compare with the run's earlier evaluations. Base training: its validation
+// shards' (as data_fingerprint); "" (none recorded) for SFT, whose "data" identity covers sft_val.bin already
+// (chat/sft.h, sft_data_identity).
+static std::string val_data_fingerprint(const DataLoader* val) { return val ? data_fingerprint(val) : ""; }
+template <typename Loader>
+static std::string val_data_fingerprint(const Loader*) { return ""; }
+
 // The shortest decimal that reads back as the same double (as Python's repr: "0.65", not "0.65000000000000002")
 static std::string shortest_decimal(double x) {
     char buf[40];
@@ -112,10 +120,11 @@ static std::vector<int64_t> join_int64(const int32_t* v, size_t pairs) {
 // The checkpoint tensor holding rank `rank`'s data-loader state.
 static std::string loader_state_name(int rank) { return rank == 0 ? "dataloader.state" : "dataloader.state.rank" + std::to_string(rank); }
 
-// Every rank calls it (each contributes its data-loader state); rank 0 writes the file. Loader: DataLoader
-// (base training) or SftLoader.
+// Every rank calls it (each contributes its data-loader state); rank 0 writes the file, with the checksums of its
+// tensors and header (safetensors_write). Loader: DataLoader (base training) or SftLoader; `val` the validation loader.
 template <typename Loader>
-static void save_checkpoint(const std::string& path, GPT* model, const Optimizer* opt, const Loader* train, const LoopState& loop) {
+static void save_checkpoint(const std::string& path, GPT* model, const Optimizer* opt, const Loader* train, const Loader* val,
+                            const LoopState& loop) {
     const std::vector<std::vector<int64_t>> loader_states = ranks_gather(dataloader_state(train));
     const std::vector<float> state = optimizer_full_state(opt, model);  // the whole state, gathered from the ranks' shares
     if (g_ranks.rank != 0) return;
@@ -134,6 +143,8 @@ static void save_checkpoint(const std::string& path, GPT* model, const Optimizer
     meta["train_ms"] = buf;
     meta["evals_done"] = loop.evals_done ? "1" : "0";
     meta["data"] = data_fingerprint(train);
+    const std::string val_data = val_data_fingerprint(val);
+    if (!val_data.empty()) meta["val_data"] = val_data;
     const std::string matmul_choices = backend_matmul_choices();  // CUDA: so that a resumed run computes as this one
     if (!matmul_choices.empty()) meta["matmul_choices"] = matmul_choices;
     std::vector<SafeTensorOut> tensors;
@@ -148,6 +159,12 @@ static void save_checkpoint(const std::string& path, GPT* model, const Optimizer
     for (size_t r = 0; r < loaders.size(); r++)
         tensors.push_back({loader_state_name((int)r), "I32", {(int64_t)loaders[r].size()}, loaders[r].data()});
     safetensors_write(path, meta, tensors);
+}
+
+// Without a validation loader (tests and tools): nothing recorded of the validation data.
+template <typename Loader>
+static void save_checkpoint(const std::string& path, GPT* model, const Optimizer* opt, const Loader* train, const LoopState& loop) {
+    save_checkpoint(path, model, opt, train, (const Loader*)nullptr, loop);
 }
 
 // Rank `rank`'s data-loader state in a checkpoint.
@@ -168,10 +185,12 @@ static void loader_restore_resharded(DataLoader* train, const SafetensorsFile& f
            "the documents the old ranks had buffered (dev/docs/data.md#ranks-and-epochs)\n", path.c_str(), ranks, ranks == 1 ? "" : "s", g_ranks.world);
 }
 
-// Restores a checkpoint into a model and optimizer built from the same configuration (checked).
-// allow_other_data: resuming on training data other than the checkpoint's is intended (--allow-other-data 1).
+// Restores a checkpoint into a model and optimizer built from the same configuration (checked); its checksums, where
+// it has them, are verified as it is read (safetensors_read). `val`: the run's validation loader.
+// allow_other_data: resuming on training or validation data other than the checkpoint's is intended (--allow-other-data 1).
 template <typename Loader>
-static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt, Loader* train, LoopState* loop, bool allow_other_data) {
+static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt, Loader* train, const Loader* val, LoopState* loop,
+                            bool allow_other_data) {
     SafetensorsFile f = safetensors_read(path);
     if (f.metadata.count("format") == 0 || f.meta("format") != CHECKPOINT_FORMAT)
         fail("'%s' is not an xsa-train checkpoint (format '%s', expected '%s')", path.c_str(),
@@ -210,6 +229,11 @@ static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt,
     if (f.meta("data") != data && !allow_other_data)
         fail("'%s' was trained on other data (fingerprint %s; these shards give %s): resume on the same shards, or add "
              "--allow-other-data 1 if the change is intended", path.c_str(), f.meta("data").c_str(), data.c_str());
+    const std::string val_data = val_data_fingerprint(val);  // (checkpoints from before it was recorded: not compared)
+    if (f.metadata.count("val_data") && !val_data.empty() && f.meta("val_data") != val_data && !allow_other_data)
+        fail("'%s' was evaluated on other validation data (fingerprint %s; these validation shards, -j, give %s): its val bpb would not "
+             "compare with the run's earlier evaluations; resume with the same -j shards, or add --allow-other-data 1 if the change is "
+             "intended", path.c_str(), f.meta("val_data").c_str(), val_data.c_str());
     gpt_load_weights(model, f);
     optimizer_load_state(opt, model, f, path);
     loop->step = (int)metadata_int(f, "step", 0, INT_MAX);
@@ -228,6 +252,12 @@ static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt,
     loop->train_ms = metadata_double(f, "train_ms");
     loop->evals_done = metadata_int(f, "evals_done", 0, 1) == 1;
     if (f.metadata.count("matmul_choices")) backend_matmul_restore_choices(f.meta("matmul_choices"), path.c_str());
+}
+
+// Without a validation loader (tests and tools): the validation data is not compared.
+template <typename Loader>
+static void load_checkpoint(const std::string& path, GPT* model, Optimizer* opt, Loader* train, LoopState* loop, bool allow_other_data) {
+    load_checkpoint(path, model, opt, train, (const Loader*)nullptr, loop, allow_other_data);
 }
 
 // The checkpoints in dir, by step: only names exactly ckpt_<digits>.safetensors count (not ckpt_best.safetensors,

@@ -1,7 +1,8 @@
 // fuzz_checkpoint: checkpoint and weight-file metadata, as train_gpt.cu reads it: config_from_metadata
 // (eval_core and --init-from build a model from a file's metadata) and load_checkpoint (llmc/checkpoint.h;
-// --resume: the model and optimizer keys compared with the run's, ranks, batch, data fingerprint, step
-// counters, loss, the weights, optimizer.state and the data-loader state restored).
+// --resume: the checksums of the header and the tensors, where the header has them (llmc/safetensors.h), the
+// model and optimizer keys compared with the run's, ranks, batch, the training and validation data
+// fingerprints, step counters, loss, the weights, optimizer.state and the data-loader state restored).
 //
 // The input is the JSON header of a safetensors file; the harness completes the file with the u64 header
 // length in front and, behind, the data section of a real checkpoint of a tiny model (2 layers, width 24,
@@ -9,8 +10,10 @@
 // fuzzer mutates what a header says (metadata, dtypes, shapes, offsets) without having to carry 150 KB of
 // weights and optimizer state. A checkpoint that loads is then used: the restored loader packs a batch.
 //
-// XSA_FUZZ_WRITE_SEEDS=DIR ./fuzz_checkpoint writes the tiny checkpoint's header (and the whole file) to
-// DIR and exits.
+// XSA_FUZZ_WRITE_SEEDS=DIR ./fuzz_checkpoint writes the tiny checkpoint's header to DIR twice, without its
+// "checksums" (as a checkpoint from before them: a mutated metadata value then reaches load_checkpoint's own
+// checks instead of the header's checksum) and with them, the whole file, and a small checksummed weights file
+// (a seed of fuzz_safetensors), and exits.
 #define TRAIN_GPT_NO_MAIN  // train_gpt.cu as a library, as test_xsa.cu and eval_core.cpp use it
 #include "train_gpt.cu"
 #include "dev/fuzz/fuzz_util.h"
@@ -70,13 +73,28 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
         g.data.chunk_docs = 8;
         for (int s = 0; s < 3; s++) g.loop.smooth_loss = train_step(&g.model, &g.opt, &g.data, 1, s).loss;
         g.loop.step = 3;
-        save_checkpoint(ckpt, &g.model, &g.opt, &g.data, g.loop);
+        save_checkpoint(ckpt, &g.model, &g.opt, &g.data, &g.data, g.loop);  // (the shard as the validation data too)
         std::vector<uint8_t> file = fuzz_read_all(ckpt);
         uint64_t header_len;
         memcpy(&header_len, file.data(), 8);
         g.data_section.assign(file.begin() + 8 + header_len, file.end());
         if (const char* out = getenv("XSA_FUZZ_WRITE_SEEDS")) {
-            fuzz_write_seed(out, "tiny_checkpoint_header", file.data() + 8, header_len);
+            // the same file without its checksums (the same tensors in the same order: the same data section)
+            const SafetensorsFile st = safetensors_read(ckpt);
+            std::vector<SafeTensorOut> tensors;
+            for (const SafeTensor& t : st.tensors) tensors.push_back({t.name, t.dtype, t.shape, st.data.data() + t.begin});
+            const std::string plain = std::string(dir) + "/plain.safetensors";
+            safetensors_write(plain, st.metadata, tensors, false);
+            std::vector<uint8_t> unchecked = fuzz_read_all(plain);
+            uint64_t plain_len;
+            memcpy(&plain_len, unchecked.data(), 8);
+            fuzz_write_seed(out, "tiny_checkpoint_header", unchecked.data() + 8, plain_len);
+            fuzz_write_seed(out, "tiny_checkpoint_header_checksums", file.data() + 8, header_len);
+            // a small weights file with checksums: the model's scalar tensors
+            std::vector<SafeTensorOut> small;
+            for (const ParamTensor& t : g.model.table)
+                if (t.numel <= 24) small.push_back({t.name, "F32", t.shape, g.model.params_host + t.offset});
+            safetensors_write(std::string(out) + "/checksummed_small.safetensors", model_metadata(&g.model), small);
             const std::string whole = std::string(out) + "/tiny_checkpoint.safetensors";
             if (rename(ckpt.c_str(), whole.c_str()) != 0 && system(("cp '" + ckpt + "' '" + whole + "'").c_str()) != 0) exit(1);
             printf("wrote %s\n", whole.c_str());
@@ -109,7 +127,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         (void)c;
     });
     // --resume's path, into the tiny model
-    if (fuzz_parse(path, [&] { load_checkpoint(path, &g.model, &g.opt, &g.data, &g.loop, false); })) dataloader_next_batch(&g.data);
+    if (fuzz_parse(path, [&] { load_checkpoint(path, &g.model, &g.opt, &g.data, &g.data, &g.loop, false); })) dataloader_next_batch(&g.data);
     return 0;
 }
 

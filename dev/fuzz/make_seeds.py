@@ -197,8 +197,10 @@ def main():
             data = open(os.path.join(tmp, name), "rb").read()
             if name.startswith("state_"):
                 write("fuzz_loader_state", name, data)
-            elif name == "tiny_checkpoint_header":
+            elif name.startswith("tiny_checkpoint_header"):  # (without and with its checksums)
                 write("fuzz_checkpoint", name, data)
+            elif name == "checksummed_small.safetensors":  # a small weights file with checksums
+                write("fuzz_safetensors", name, data)
             # (the whole tiny checkpoint, 150 KB, is not kept: its header is the checkpoint seed)
 
     total = 0

@@ -24,13 +24,14 @@ def _as_array(t):
 
 def save(path, tensors, metadata=None):
     """tensors: dict name -> torch tensor or numpy array (float32/int32/float64/int64), written in dict order.
-    metadata: dict str -> str."""
+    metadata: dict str -> str. A "checksums" key (what xsa-train writes, dev/docs/data.md#safetensors: the checksums
+    of the file it came from) is left out: it would not match this file, which is then read unchecked."""
     header = {}
     if metadata:
         for k, v in metadata.items():
             if not isinstance(k, str) or not isinstance(v, str):
                 raise TypeError(f"metadata must be str -> str, got {k!r}: {v!r}")
-        header["__metadata__"] = dict(metadata)
+        header["__metadata__"] = {k: v for k, v in metadata.items() if k != "checksums"}
     blobs, off = [], 0
     for name, t in tensors.items():
         if name == "__metadata__":

@@ -19,8 +19,8 @@ The binaries are ./train_gpt_cpu and ./eval_core, or those in $XSA_BIN_DIR (make
 A comment "# FAILS at f7b1cb3 (where): ..." above a case says that the case failed at that commit, where
 the fix belongs, and what was observed; it is to be removed with the fix. The groups: token shards
 (dataloader.h), tokenizer files (llmc/tokenizer.h), safetensors (llmc/safetensors.h; the configuration
-metadata in train_gpt.cu), checkpoints (llmc/checkpoint.h load_checkpoint / latest_checkpoint, the loader
-state in dataloader.h), CORE task files and labels (llmc/core.h), flags (train_gpt.cu, llmc/args.h), output paths and
+metadata in train_gpt.cu), checksums (llmc/safetensors.h), checkpoints (llmc/checkpoint.h load_checkpoint /
+latest_checkpoint, the loader state in dataloader.h; llmc/args.h check_resume_log), CORE task files and labels (llmc/core.h), flags (train_gpt.cu, llmc/args.h), output paths and
 full disks (train_gpt.cu, llmc/common.h, llmc/logger.h).
 Standard library only.
 """
@@ -115,6 +115,53 @@ def csv_rows(path):
 
 
 # ----------------------------------------------------------------------------------------------------
+# The checksums of a safetensors file as dev/docs/data.md#safetensors describes them, written from that text (llmc/safetensors.h:
+# checksum64, checksum_header_text), so that a reader elsewhere can verify what train_gpt writes
+
+MASK64 = (1 << 64) - 1
+
+
+def checksum_step(h, w):
+    h = ((h ^ w) * 0x9E3779B97F4A7C15) & MASK64
+    return h ^ (h >> 32)
+
+
+def checksum64(data):
+    """8 lanes of little-endian 64-bit words (word i to lane i mod 8; the zero-padded tail word last), then the
+    byte count and the lanes mixed into one value."""
+    basis = 0xcbf29ce484222325
+    lanes = [basis + k for k in range(8)]
+    padded = data + b"\0" * (-len(data) % 8)
+    for i, w in enumerate(struct.unpack("<%dQ" % (len(padded) // 8), padded)):
+        lanes[i % 8] = checksum_step(lanes[i % 8], w)
+    h = checksum_step(basis, len(data))
+    for lane in lanes:
+        h = checksum_step(h, lane)
+    return h
+
+
+def checksum_header_text(header):
+    """The bytes the header's checksum covers: metadata keys and values but "checksums", then each tensor's name, dtype,
+    shape; by byte order of the keys and names, each followed by NUL."""
+    meta = header.get("__metadata__", {})
+    out = b""
+    for k in sorted((k for k in meta if k != "checksums"), key=lambda k: k.encode()):
+        out += k.encode() + b"\0" + meta[k].encode() + b"\0"
+    for name in sorted((n for n in header if n != "__metadata__"), key=lambda n: n.encode()):
+        t = header[name]
+        out += name.encode() + b"\0" + t["dtype"].encode() + b"\0" + ",".join(str(d) for d in t["shape"]).encode() + b"\0"
+    return out
+
+
+def flip_bit(data, name, element, bit=0):
+    """A copy of a safetensors file with one bit of one 4-byte element of tensor `name` flipped (bit 0: the last bit
+    of a float's mantissa, so the value stays finite and near)."""
+    header, buf = craft.st_parse(data)
+    at = len(data) - len(buf) + header[name]["data_offsets"][0] + 4 * element + bit // 8
+    return data[:at] + bytes([data[at] ^ (1 << (bit % 8))]) + data[at + 1:]
+
+
+# ----------------------------------------------------------------------------------------------------
 # The fixture: one tiny run (checkpoints at steps 3 and 6, metrics.jsonl, exported final weights), made once
 
 class Fixture:
@@ -133,14 +180,18 @@ class Fixture:
                 cls.error = "the fixture run failed (exit %s):\n%s%s" % (code, out[-2000:], err)
                 raise AssertionError(cls.error)
             cls.base = base
-            cls.ckpt3 = craft.read(os.path.join(base, "ckpt_000003.safetensors"))
-            cls.ckpt6 = craft.read(os.path.join(base, "ckpt_000006.safetensors"))
+            # the files as written (with their checksums: TestChecksums), and as files from before checksums existed, which
+            # are read unchecked: the cases that edit a file start from those, to reach the check they are about
+            cls.ckpt3_checked = craft.read(os.path.join(base, "ckpt_000003.safetensors"))
+            cls.final_checked = craft.read(os.path.join(base, "final.safetensors"))
+            cls.ckpt3 = craft.st_edit(cls.ckpt3_checked, drop_meta=["checksums"])
+            cls.ckpt6 = craft.st_edit(craft.read(os.path.join(base, "ckpt_000006.safetensors")), drop_meta=["checksums"])
             # the run line without its recorded arguments (as a run's from before they were recorded): these tests resume
             # edited checkpoints with the flags they give, to reach the checkpoint's own checks (test_e2e.py tests the
             # refusal of flags that differ from the recorded ones)
             lines = craft.read(os.path.join(base, "metrics.jsonl")).split(b"\n", 1)
             cls.metrics = lines[0][:lines[0].rindex(b', "program": ')] + b"}\n" + lines[1]
-            cls.final = craft.read(os.path.join(base, "final.safetensors"))
+            cls.final = craft.st_edit(cls.final_checked, drop_meta=["checksums"])
             cls.tok = craft.read(craft.DEVIL_TOKENIZER)
             cls.tok_header, cls.tok_records, cls.tok_prompts = craft.tokenizer_parse(cls.tok)
             cls.V, cls.bos = cls.tok_header[2], cls.tok_header[3]
@@ -619,6 +670,91 @@ class TestSafetensors(Case):
 
 
 # ----------------------------------------------------------------------------------------------------
+# Checksums (llmc/safetensors.h: safetensors_write, safetensors_verify): every file train_gpt writes carries them, every
+# reader verifies them (--resume, --init-from, eval_core -e, sample -e: safetensors_read)
+
+class TestChecksums(Case):
+    def test_as_documented(self):
+        """checksums: the export's and the checkpoint's metadata "checksums" hold checksum64 of every tensor's bytes and of the
+        header, as dev/docs/data.md describes them (recomputed here from that text)"""
+        for what, data, tensors in (("final.safetensors", self.fx.final_checked, True), ("ckpt_000003.safetensors", self.fx.ckpt3_checked, False)):
+            header, buf = craft.st_parse(data)
+            sums = json.loads(header["__metadata__"]["checksums"])
+            names = [n for n in header if n != "__metadata__"]
+            self.assertEqual(sorted(sums), sorted(names + ["__header__"]), "%s: the entries of its checksums" % what)
+            self.assertEqual(sums["__header__"], "%016x" % checksum64(checksum_header_text(header)), "%s: the header's checksum" % what)
+            for name in names if tensors else ["backout_lambda", "dataloader.state"]:  # (the checkpoint's optimizer state: slow here)
+                b, e = header[name]["data_offsets"]
+                self.assertEqual(sums[name], "%016x" % checksum64(buf[b:e]), "%s: the checksum of %s" % (what, name))
+
+    def test_flipped_bit_resume(self):
+        """checksums: --resume from a checkpoint with one bit flipped in a weight, in the optimizer state, in the loader state
+        -> one error naming the checkpoint and the tensor, before training"""
+        for name in ("transformer.h.0.attn.c_q.weight", "optimizer.state", "dataloader.state"):
+            with self.subTest("checksums: --resume, a bit flipped in %s" % name):
+                self.resume_case(flip_bit(self.fx.ckpt3_checked, name, 7, bit=3), ["tensor '%s' does not match its checksum" % name, "corrupt"])
+
+    def test_edited_step(self):
+        """checksums: a checkpoint's step and optimizer_step edited (3 -> 4, and renamed ckpt_000004 to match) -> one error naming
+        the checkpoint and its metadata (else it would resume at step 4 from step 3's state)"""
+        edited = self.fx.ckpt3_checked.replace(b'"step":"3"', b'"step":"4"').replace(b'"optimizer_step":"3"', b'"optimizer_step":"4"')
+        self.assertNotEqual(edited, self.fx.ckpt3_checked)
+        self.resume_case(edited, ["its metadata does not match its checksum", '"step"'], name="ckpt_000004.safetensors")
+
+    def test_edited_metadata_and_tensor_list(self):
+        """checksums: --init-from an export with a metadata value edited (the tokenizer's path), a tensor's shape changed (the
+        same size: [1] -> [1, 1]), a tensor renamed -> one error naming the file and its metadata"""
+        f = self.fx.final_checked
+        cases = {"a metadata value": craft.st_edit(f, meta={"tokenizer": "elsewhere/tokenizer.bin"}),
+                 "a shape": craft.st_edit(f, tensors={"backout_lambda": {"shape": [1, 1]}}),
+                 "a tensor renamed": f.replace(b'"backout_lambda":{', b'"backout_lambdb":{')}
+        for what, data in cases.items():
+            with self.subTest("checksums: --init-from with %s edited" % what):
+                self.assertNotEqual(data, f)
+                self.init_from_case(data, ["its metadata does not match its checksum"])
+
+    def test_flipped_bit_readers(self):
+        """checksums: an export with one bit flipped in lm_head.weight -> --init-from, eval_core -e and sample -e each end with
+        one error naming the file and the tensor"""
+        bad = flip_bit(self.fx.final_checked, "lm_head.weight", 100)
+        expect = ["tensor 'lm_head.weight' does not match its checksum (the file is corrupt"]
+        with self.subTest("checksums: --init-from"):
+            self.init_from_case(bad, expect)
+        with self.subTest("checksums: eval_core -e"):
+            p = self.file("w.safetensors", bad)
+            self.rejects(eval_core("-e", p, "-c", "dev/data/core_tasks", "-m", "2"), [p] + expect)
+        with self.subTest("checksums: sample -e"):
+            p = self.file("w.safetensors", bad)
+            self.rejects([binary("sample"), "-e", p, "-p", "The", "-n", "2"], [p] + expect)
+
+    def test_malformed_checksums(self):
+        """checksums: a "checksums" value that is not a JSON object of 16-digit hex strings, without the header's entry, without a
+        tensor's, or naming a tensor the file lacks -> one error naming the file"""
+        f = self.fx.final_checked
+        sums = json.loads(craft.st_parse(f)[0]["__metadata__"]["checksums"])
+        cases = {"not JSON": ("{oops", "malformed metadata 'checksums'"),
+                 "a short checksum": (json.dumps(dict(sums, **{"lm_head.weight": "12ab"})), "malformed metadata 'checksums'"),
+                 "no __header__": (json.dumps({k: v for k, v in sums.items() if k != "__header__"}), "has no entry __header__"),
+                 "no entry of lm_head.weight": (json.dumps({k: v for k, v in sums.items() if k != "lm_head.weight"}),
+                                                "tensor 'lm_head.weight' has no checksum"),
+                 "an entry of a tensor the file lacks": (json.dumps(dict(sums, extra="0" * 16)), "names a tensor 'extra'")}
+        for what, (value, expect) in cases.items():
+            with self.subTest("checksums: %s" % what):
+                self.init_from_case(craft.st_edit(f, meta={"checksums": value}), [expect])
+
+    def test_unchecked_files_load_as_before(self):
+        """checksums: a file without them (from before they existed, PyTorch, dev/convert_nanochat.py) is read unchecked: --init-from
+        the export without its checksums trains to the same weights as from the export with them"""
+        outs = []
+        for i, data in enumerate((self.fx.final_checked, self.fx.final)):
+            p = self.file("in%d.safetensors" % i, data)
+            out = self.path("out%d.safetensors" % i)
+            self.accepts(train(TINY + " -n 1 --init-from %s --export-safetensors %s" % (q(p), q(out))))
+            outs.append(craft.read(out))
+        self.assertTrue(outs[0] and outs[0] == outs[1], "the file without checksums trained to other weights")
+
+
+# ----------------------------------------------------------------------------------------------------
 # Checkpoints (llmc/checkpoint.h load_checkpoint, latest_checkpoint; dataloader.h dataloader_restore): --resume
 
 class TestCheckpoints(Case):
@@ -803,7 +939,7 @@ class TestCheckpoints(Case):
         out = self.accepts(train(BASE + " --resume %s --export-safetensors %s" % (q(d), q(self.path("w.safetensors")))))
         resumed = [l for l in out.splitlines() if l.startswith("resumed from")]
         self.assertEqual(resumed, ["resumed from %s/ckpt_000006.safetensors at step 6" % d], "the wrong checkpoint was taken")
-        self.assertEqual(craft.read(self.path("w.safetensors")), self.fx.final, "the final weights differ from the uninterrupted run's")
+        self.assertEqual(craft.read(self.path("w.safetensors")), self.fx.final_checked, "the final weights differ from the uninterrupted run's")
 
     # FAILS at f7b1cb3 (train_gpt.cu latest_checkpoint): names sort as strings, so ckpt_999999 comes after ckpt_1000000 and the
     # run resumes from step 999999
@@ -833,6 +969,58 @@ class TestCheckpoints(Case):
     def test_step_not_the_name(self):
         """checkpoint: ckpt_000009 holding step 3 (renamed) -> one error naming both steps"""
         self.resume_case(self.edit(), ["named for step 9 but holds step 3"], name="ckpt_000009.safetensors")
+
+    def test_other_validation_data(self):
+        """checkpoint: resumed with other validation shards (-j: its val bpb would not compare with the run's earlier evaluations)
+        -> one error naming the checkpoint, the validation data and --allow-other-data 1, before training; with
+        --allow-other-data 1 it resumes; a checkpoint without val_data (from before it was recorded) resumes on any"""
+        fx = self.fx
+        val = self.file("other/val_000000.bin", craft.shard(craft.documents(fx.bos, 300)))
+        for name, ckpt in (("run", fx.ckpt3), ("old", self.edit(drop_meta=["val_data"]))):
+            self.file(os.path.join(name, "ckpt_000003.safetensors"), ckpt)
+            self.file(os.path.join(name, "metrics.jsonl"), fx.metrics)
+        d = self.path("run")
+        with self.subTest("checkpoint: other validation shards -> one error"):
+            self.rejects(train(BASE + " -j %s --resume %s" % (q(val), q(d))),
+                         [os.path.join(d, "ckpt_000003.safetensors"), "other validation data", "--allow-other-data 1"], before_training=True)
+        with self.subTest("checkpoint: other validation shards with --allow-other-data 1 -> resumes"):
+            self.assertIn("resumed from", self.accepts(train(BASE + " -j %s --allow-other-data 1 --resume %s" % (q(val), q(d)))))
+        with self.subTest("checkpoint: without val_data, other validation shards -> resumes"):
+            self.assertIn("resumed from", self.accepts(train(BASE + " -j %s --resume %s" % (q(val), q(self.path("old"))))))
+        with self.subTest("checkpoint: a run that recorded its flags, resumed with another -j -> one error naming the flag"):
+            self.file(os.path.join("rec", "ckpt_000003.safetensors"), fx.ckpt3)
+            self.file(os.path.join("rec", "metrics.jsonl"), craft.read(os.path.join(fx.base, "metrics.jsonl")))
+            self.rejects(train("-j %s --resume %s" % (q(val), q(self.path("rec")))), ["these flags given here differ: -j " + val])
+
+    def test_resume_without_metrics(self):
+        """checkpoint: --resume DIR without DIR/metrics.jsonl (its run line held the run's settings) -> one error naming the file
+        and --new-log 1, before training; the same for a metrics.jsonl without its run line; --new-log 1 where a log exists, or
+        without --resume -> one error each"""
+        fx = self.fx
+        d = self.path("run")
+        self.file(os.path.join("run", "ckpt_000003.safetensors"), fx.ckpt3)
+        log = os.path.join(d, "metrics.jsonl")
+        with self.subTest("checkpoint: --resume without metrics.jsonl -> one error"):
+            self.rejects(train(BASE + " --resume " + q(d)), [log, "is missing", "--new-log 1"], before_training=True)
+            self.assertFalse(os.path.exists(log), "a refused --resume wrote %s" % log)
+        with self.subTest("checkpoint: --resume with a metrics.jsonl without its run line -> one error"):
+            self.file(os.path.join("run", "metrics.jsonl"), fx.metrics.split(b"\n", 1)[1])
+            self.rejects(train(BASE + " --resume " + q(d)), [log, "does not start with its run line", "--new-log 1"], before_training=True)
+            self.rejects(train(BASE + " --new-log 1 --resume " + q(d)), [d, "has one (without a run line)", "move the file away"])
+        with self.subTest("checkpoint: --new-log 1 where the run's log is there -> one error"):
+            self.file(os.path.join("run", "metrics.jsonl"), fx.metrics)
+            self.rejects(train(BASE + " --new-log 1 --resume " + q(d)), ["--new-log 1", "which has one: leave --new-log out"])
+            self.assertEqual(craft.read(log), fx.metrics, "a refused --new-log 1 changed metrics.jsonl")
+        with self.subTest("checkpoint: --resume with a FIFO named metrics.jsonl -> one error at once (nothing blocks)"):
+            os.remove(log)
+            os.mkfifo(log)
+            code, out, err = execute(train(BASE + " --resume " + q(d)))
+            os.remove(log)  # (before the checks of every case, which read every metrics.jsonl)
+            self.assertTrue(code == 1 and err.startswith("error: ") and len(err.splitlines()) == 1 and log in err and "is not a regular file" in err,
+                            "exit %s: %s" % (code, err.strip()))
+            self.after(code, out, err)
+        with self.subTest("checkpoint: --new-log 1 without --resume -> one error"):
+            self.rejects(train(ONE_STEP + " --new-log 1 -o " + q(self.path("new"))), ["--new-log 1 goes with --resume"])
 
     def test_fifo_named_like_a_checkpoint(self):
         """checkpoint: a FIFO named ckpt_000009.safetensors -> one error at once (the open never blocks)"""

@@ -7,6 +7,7 @@ metrics lines of an uninterrupted run are dev/test/test_resume.py's cases. Stand
 """
 import os
 import select
+import shlex
 import signal
 import subprocess
 import sys
@@ -106,6 +107,33 @@ class Faults(xsatest.TempDirTest):
         self.assertEqual(p.returncode, 1, "exit %d (want 1, not killed by SIGXFSZ): %s" % (p.returncode, err))
         self.assertEqual(len(err.strip().splitlines()), 1, err)
         self.assertTrue(err.startswith("error: ") and "ckpt_000002" in err, err)
+
+    def test_new_log_then_stop(self):
+        # a run whose metrics.jsonl was lost, resumed with --new-log=1 and stopped by SIGTERM: the resume command it prints
+        # leaves --new-log out (the new log is there now, and --new-log 1 again would be refused) and runs as printed
+        out = os.path.join(self.dir, "lost")
+
+        def stop(p):  # SIGTERM once the run has trained a step (printed its first training line)
+            self.addCleanup(p.kill)
+            text = b""
+            for line in p.stdout:
+                text += line
+                if line.startswith(b"step ") and b"| loss " in line:
+                    break
+            p.send_signal(signal.SIGTERM)
+            text = (text + p.communicate(timeout=60)[0]).decode("utf-8", "replace")
+            self.assertEqual(p.returncode, 143, text[-2000:])
+            return text
+
+        stop(self.start(out, 100000, ["-o", out]))
+        os.remove(os.path.join(out, "metrics.jsonl"))
+        text = stop(self.start(out, 100000, ["--resume", out, "--new-log=1"]))
+        self.assertIn("(--new-log 1)", text)
+        command = shlex.split(text.rstrip("\n").split("\n")[-1].split("resume with: ", 1)[1])
+        self.assertFalse([w for w in command if w.startswith("--new-log")], "the printed resume command %s keeps --new-log" % command)
+        text = stop(subprocess.Popen([xsatest.binary("train_gpt_cpu")] + command[1:], cwd=xsatest.REPO, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        self.assertIn("resumed from", text)
 
     def test_one_run_per_directory(self):
         out = os.path.join(self.dir, "busy")

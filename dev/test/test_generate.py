@@ -69,11 +69,11 @@ def write_tokenizer_pieces(path, header, pattern, records, tail):
 
 def strip_tokenizer_metadata(src, dst):
     """A copy of the safetensors file `src` without the tokenizer keys in its metadata (as files written
-    before models recorded their tokenizer)."""
+    before models recorded their tokenizer; nor their checksums, which came later still)."""
     data = read(src)
     (n,) = struct.unpack_from("<Q", data, 0)
     header = json.loads(data[8:8 + n])
-    for key in ("tokenizer", "tokenizer_fingerprint"):
+    for key in ("tokenizer", "tokenizer_fingerprint", "checksums"):
         header["__metadata__"].pop(key)
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * ((8 - len(text) % 8) % 8)

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Resume, end to end: a run interrupted (its checkpoint copied into a new directory, SIGTERM or SIGINT at
-a random time, kill -9 at random times, launched ranks stopped by SIGTERM, a checkpoint of 2 ranks taken
-to 1 or 4) and then resumed must end as the same run left alone: its final weights (or last checkpoint)
-bit for bit, its train losses, its metrics.jsonl lines without duplicates, each case as the table CASES
-says (on other rank counts, which change the sums: every step logged, the last loss near). train_gpt's
-and chat_sft's runs, on the CPU backend.
+"""Resume, end to end: a run interrupted (its checkpoint copied into a new directory, with its metrics.jsonl
+or alone and resumed with --new-log 1, SIGTERM or SIGINT at a random time, kill -9 at random times, launched
+ranks stopped by SIGTERM, a checkpoint of 2 ranks taken to 1 or 4) and then resumed must end as the same run
+left alone: its final weights (or last checkpoint) bit for bit, its train losses, its metrics.jsonl lines without
+duplicates, each case as the table CASES says (on other rank counts, which change the sums: every step logged, the
+last loss near). train_gpt's and chat_sft's runs, on the CPU backend.
 
 One table of cases, one uninterrupted reference run per configuration (made once, shared by the cases of
 that configuration), one comparison (assert_same); one check per case. The random signal and kill
@@ -228,8 +228,10 @@ launched_resume.text = "--resume on 2 launched ranks with a new rendezvous file"
 #   lines       metrics.jsonl's lines, counted by kind and step: no duplicates, none missing
 #   metrics     every metrics.jsonl line, timing fields aside (strict JSON: no NaN)
 #   near        on other rank counts, not bit for bit: a train line for every step, the last loss within 5%
+#   new log     (--new-log 1) metrics.jsonl: a run line, then every line the reference wrote after the checkpoint, timing aside
 SAME = {"weights": "final weights", "checkpoint": "last checkpoint", "losses": "train losses", "lines": "metrics lines without duplicates",
-        "metrics": "every metrics line", "near": "every step logged, last loss within 5%"}
+        "metrics": "every metrics line", "near": "every step logged, last loss within 5%",
+        "new log": "a new metrics.jsonl: a run line, then the lines after the checkpoint"}
 
 # The cases: a name; the configuration (CONFIGS), whose reference run the cases naming it share; how the run is
 # interrupted and how it is resumed (the functions above); what must equal the reference (SAME).
@@ -241,7 +243,9 @@ CASES = [
     Case("SIGINT", "train_gpt", signalled(signal.SIGINT), printed_command, ("weights", "metrics")),
     Case("SIGTERM, resumed without flags", "train_gpt", signalled(signal.SIGTERM), resumed_alone, ("weights", "metrics")),
     Case("kill -9", "train_gpt", killed(5), resumed("--save-every", "1"), ("weights", "metrics")),
-    Case("copied checkpoint, learnable alpha", "train_gpt -x learn", copied("ckpt_000003.safetensors"), resumed(), ("weights",)),
+    # (without its metrics.jsonl a resume is refused, test_bad_inputs.py; --new-log 1 starts a new one from the checkpoint)
+    Case("copied checkpoint alone, learnable alpha", "train_gpt -x learn", copied("ckpt_000003.safetensors"),
+         resumed("--new-log", "1", says="from step 3 on (--new-log 1)"), ("weights", "new log")),
     Case("copied checkpoint, SFT", "chat_sft", copied("ckpt_000005.safetensors", "metrics.jsonl"), resumed(), ("weights", "losses", "lines")),
     Case("launched ranks stopped", "train_gpt, 2 ranks, 200 steps", launched_stop(10), launched_resume, ("checkpoint", "losses", "lines")),
     Case("2 ranks -> 1", "train_gpt, 2 ranks, 8 steps", copied("ckpt_000004.safetensors", "metrics.jsonl"),
@@ -336,6 +340,11 @@ class TestResume(xsatest.TempDirTest):
             differ = [i for i in range(max(len(lines), len(ref_lines))) if lines[i:i + 1] != ref_lines[i:i + 1]]
             self.assertFalse(differ, "%s: metrics lines differ from the uninterrupted run's, first at line %d:\n  got  %s\n  want %s" %
                              (what, differ[0] + 1, lines[differ[0]:differ[0] + 1], ref_lines[differ[0]:differ[0] + 1]) if differ else "")
+        if "new log" in same:  # from the copied checkpoint's step S: train lines from S on, the others after S (evaluated before it)
+            start = int(checkpoints(run.dir)[0][len("ckpt_"):-len(".safetensors")])
+            want = ref_lines[:1] + [m for m in ref_lines[1:] if m["step"] > start or (m["step"] == start and m["kind"] == "train")]
+            self.assertTrue(lines and lines[0]["kind"] == "run", "%s: the new metrics.jsonl does not start with a run line: %s" % (what, lines[:1]))
+            self.assertEqual(lines, want, "%s: the new metrics.jsonl is not the run line and the uninterrupted run's lines from step %d" % (what, start))
         if "near" in same:
             want, got = [m["loss"] for m in ref_lines if m["kind"] == "train"], [m["loss"] for m in lines if m["kind"] == "train"]
             self.assertTrue(want and len(got) == len(want) and abs(got[-1] - want[-1]) < 0.05 * want[-1],

@@ -57,11 +57,15 @@ class LiveRun(unittest.TestCase):
         transcript = "\n".join(lines[-20:]) + "\n" + rest
         with self.subTest("a run piped to another process: its first line arrives within 10 s, while it runs"):
             self.assertLess(seen.get("first line", 1e9), 10.0, transcript)
-        with self.subTest("the estimate before the first step: per micro-step, per step, for the run, and the evaluations"):
+        with self.subTest("the estimate before the first step: per micro-step, the update, per step, for the run, and the evaluations"):
             estimate = [l for l in lines if l.startswith("estimate (")]
-            self.assertTrue(estimate and re.match(r"estimate \(one micro-step timed: [\d.]+ ms x 2 per step\): [\d.]+ (ms|s) per step, "
-                                                  r"[\d.]+ days for the 100000000 steps of the run, \+ [\d.]+ \w+ for 1001 val bpb "
-                                                  r"evaluations$", estimate[0]), transcript)
+            m = estimate and re.match(r"estimate \(one micro-step timed: ([\d.]+) ms x 2 per step \+ the update ([\d.]+) ms\): ([\d.]+) (ms|s) "
+                                      r"per step, [\d.]+ days for the 100000000 steps of the run, \+ [\d.]+ \w+ for 1001 val bpb "
+                                      r"evaluations$", estimate[0])
+            self.assertTrue(m, transcript)
+            micro, update, per_step = float(m.group(1)), float(m.group(2)), float(m.group(3)) * (1000 if m.group(4) == "s" else 1)
+            self.assertGreater(update, 0.0, transcript)  # the optimizer's update is part of a step (CPU backend)
+            self.assertAlmostEqual(per_step, 2 * micro + update, delta=0.05 * (2 * micro + update) + 1, msg=transcript)
             first_step = next((i for i, l in enumerate(lines) if l.startswith("step 1/")), len(lines))
             self.assertLess(lines.index(estimate[0]), first_step, transcript)
         with self.subTest("a run of more than a day on this backend: a warning naming the backend"):
