@@ -132,6 +132,24 @@ class TestRunAndResume(TempDirTest):
         # and another data order
         rejects(self, TINY + " -n 6 -x 1 --data-seed 3 --resume " + self.q("a"), "these flags given here differ: --data-seed 3 (the run's: 0)")
 
+    def test_thread_count_changes_nothing(self):
+        # the reductions have a fixed order, so --threads 1 and --threads 2 give the same run bit for bit (a model
+        # large enough that the kernels split their work over the threads)
+        flags = "-d 2 --dim 128 --heads 2 -t 64 -b 4 -B 512 -n 4 --warmup-steps 2 --eval-every 2 --eval-tokens 512 --sample-every -1 --core-every -1"
+        runs = {}
+        for threads in (1, 2):
+            out = self.path("threads_%d" % threads)
+            code, text = train_gpt(flags + " --threads %d -o %s" % (threads, shlex.quote(out)))
+            self.assertEqual(code, 0, text)
+            lines = [json.loads(l) for l in read(os.path.join(out, "metrics.jsonl")).decode().splitlines()]
+            data = read(os.path.join(out, "ckpt_000004.safetensors"))
+            header = struct.unpack_from("<Q", data, 0)[0]
+            runs[threads] = ([(m["step"], m["kind"], m.get("loss"), m.get("grad_norm"), m.get("val_bpb")) for m in lines if m["kind"] in ("train", "eval")],
+                             data[8 + header:])
+        with self.subTest("--threads 1 and --threads 2: the same losses, grad norms and val bpb, the same final weights and state"):
+            self.assertEqual(runs[1][0], runs[2][0])
+            self.assertTrue(len(runs[1][0]) == 7 and runs[1][1] == runs[2][1], "weights or optimizer state differ")
+
     def test_output_directory_protected(self):
         """train_gpt -o DIR into an earlier run's DIR: one error naming its files and --resume / --overwrite 1, nothing
         changed; --overwrite 1 deletes them first (the new run's metrics alone, no old checkpoint left); --resume on a
