@@ -1340,14 +1340,14 @@ static double optimizer_estimate_ms(const Optimizer* opt, const GPT* model) {
                         c.muon_eq, c.muon_plus);
         ms += (wall_ms() - t0) * st.tensors.size();
     }
-    size_t largest = 0, elements = 0;  // of the AdamW tensors this rank updates
-    for (size_t i = 0; i < model->table.size(); i++)
-        if (!uses_muon(opt, i) && L.own_end[i] > L.own_begin[i]) {
-            elements += L.own_end[i] - L.own_begin[i];
-            if (L.own_end[i] - L.own_begin[i] > L.own_end[largest] - L.own_begin[largest] || uses_muon(opt, largest)) largest = i;
-        }
-    if (elements > 0) {
-        const size_t n = L.own_end[largest] - L.own_begin[largest], at = model->table[largest].offset + L.own_begin[largest];
+    size_t largest = 0, n = 0, elements = 0;  // of the AdamW tensors this rank updates: the largest, its part, all parts
+    for (size_t i = 0; i < model->table.size(); i++) {
+        const size_t part = uses_muon(opt, i) ? 0 : L.own_end[i] - L.own_begin[i];
+        elements += part;
+        if (part > n) largest = i, n = part;
+    }
+    if (n > 0) {
+        const size_t at = model->table[largest].offset + L.own_begin[largest];
         std::vector<float> p(model->params + at, model->params + at + n), m(n, 0.0f), v(n, 0.0f);
         const double t0 = wall_ms();
         adamw_update_cpu(p.data(), model->grads + at, m.data(), v.data(), n, 0.01f, 0.9f, 0.95f, 1e-10f, 0.0f, 1);
