@@ -136,25 +136,17 @@ static void sft_check_targets(const ConversationFile& f, bool training, const st
 }
 
 // The conversations' identity, which checkpoints record (their "data"): a hash of the bytes of sft_train.bin and
-// sft_val.bin (the data trained on and the data measured), whatever their directory is called. 64-bit words
-// mixed into FNV-1a's state (8 bytes a step, so that a large file costs little more than reading it).
+// sft_val.bin (the data trained on and the data measured), whatever their directory is called: each file's
+// checksum64 (llmc/safetensors.h, the checkpoints' own), the two mixed by FNV-1a behind a tag.
 struct SftIdentity {
     Fnv1a fnv;
     SftIdentity() {
-        const char tag[] = "xsa-train SFT conversations 2";
+        const char tag[] = "xsa-train SFT conversations 3";
         fnv.mix(tag, sizeof tag);
     }
     void mix(const uint8_t* p, size_t n) {
-        uint64_t h = fnv.h ^ n;
-        size_t i = 0;
-        for (; i + 8 <= n; i += 8) {
-            uint64_t w;
-            memcpy(&w, p + i, 8);
-            h = (h ^ w) * 1099511628211ull;
-            h ^= h >> 29;
-        }
-        fnv.h = h;
-        fnv.mix(p + i, n - i);
+        const uint64_t sum = checksum64(p, n);
+        fnv.mix(&sum, sizeof sum);
     }
 };
 
