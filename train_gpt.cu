@@ -2125,8 +2125,10 @@ static void run_open_data(Run<DataLoader>* run) {
     for (const Shard& s : run->val.shards) val_tokens += s.ntokens;
     const long micro_tokens = (long)run->B * run->T;
     run->eval_steps = (int)std::max<long>(1, std::min<long>(a.eval_tokens, (long)val_tokens) / micro_tokens);
-    printf("data: %zu training shards (%s), %zu validation shards (%llu tokens; %d batches per evaluation%s)\n", run->train.shards.size(),
-           a.train_pattern.c_str(), run->val.shards.size(), (unsigned long long)val_tokens, run->eval_steps, world > 1 ? ", shared by the ranks" : "");
+    const size_t ntrain = run->train.shards.size(), nval = run->val.shards.size();
+    printf("data: %zu training shard%s (%s), %zu validation shard%s (%llu tokens; %d batches per evaluation%s)\n", ntrain,
+           ntrain == 1 ? "" : "s", a.train_pattern.c_str(), nval, nval == 1 ? "" : "s", (unsigned long long)val_tokens, run->eval_steps,
+           world > 1 ? ", shared by the ranks" : "");
     uint64_t train_tokens = 0;
     for (const Shard& s : run->train.shards) train_tokens += s.ntokens;
     const double epochs = (double)run->num_steps * run->plan.total_batch / std::max<double>(1.0, (double)train_tokens);

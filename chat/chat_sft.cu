@@ -56,7 +56,23 @@ static const char* const SFT_USAGE =
 
 static const char* const SFT_USAGE_MORE = "Finer settings and debugging (rarely set)\n";
 
-static void parse_sft_args(SftRun* s, int argc, char** argv) {
+// Without --init-from: the option a resume refuses (the run goes on from its own checkpoint), left out of the
+// arguments a stopped run recorded and of the command it prints to resume.
+static std::vector<std::string> without_init_from(std::vector<std::string> words) {
+    for (size_t i = 0; i < words.size();) {
+        if (words[i] == "--init-from") words.erase(words.begin() + i, words.begin() + std::min(words.size(), i + 2));
+        else i++;
+    }
+    return words;
+}
+
+// The options, as words (argument_words: "--name=value" split in two); on --resume DIR, after the arguments the run
+// recorded in DIR/metrics.jsonl (recorded_arguments), so that `--resume DIR` alone goes on as the run started.
+static void parse_sft_args(SftRun* s, const std::vector<std::string>& words) {
+    std::vector<char*> argv_words = {(char*)"chat_sft"};
+    for (const std::string& w : words) argv_words.push_back((char*)w.c_str());
+    const int argc = (int)argv_words.size();
+    char** argv = argv_words.data();
     Args& args = s->run.args;
     SftArgs& sft = s->sft;
     args.eval_every = 200;  // chat_sft's defaults
@@ -260,18 +276,16 @@ static void sft_chatcore(SftRun* s, int step) {
 int main(int argc, char** argv) {
     setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches a pipe or log file as it is printed
     SftRun s;
-    parse_sft_args(&s, argc, argv);
+    const std::vector<std::string> given = argument_words(argc, argv);
+    const std::string resume = flag_value(given, "--resume");
+    std::vector<std::string> words = resume.empty() ? given : without_init_from(recorded_arguments(resume, "chat_sft"));
+    if (!resume.empty()) words.insert(words.end(), given.begin(), given.end());
+    parse_sft_args(&s, words);
     s.run.program = "chat_sft";
-    s.run.recorded_words = without_outputs(argument_words(argc, argv));  // the run line's record (chat_sft's --resume takes its flags again)
+    s.run.recorded_words = without_outputs(words);  // the run line's record: what a later --resume DIR alone takes again
     run_begin(&s.run, argc, argv);
-    // the command a stop prints to resume (run_stop: these words with --resume DIR) leaves out --init-from, which a
-    // resume refuses: the run goes on from its own checkpoint
-    std::vector<std::string>& words = s.run.argv;
-    for (size_t i = 1; i < words.size();) {
-        const bool joined = words[i].rfind("--init-from=", 0) == 0;
-        if (words[i] == "--init-from" || joined) words.erase(words.begin() + i, words.begin() + std::min(words.size(), i + (joined ? 1 : 2)));
-        else i++;
-    }
+    s.run.argv.resize(1);  // the command a stop prints to resume (run_stop: these words with --resume DIR)
+    for (const std::string& w : without_init_from(words)) s.run.argv.push_back(w);
     sft_setup_plan(&s);
     if (s.run.args.steps == 0) return 0;  // -n 0: the model and the plan only
     sft_setup(&s);

@@ -42,7 +42,7 @@ class DefaultData(xsatest.TempDirTest):
         code, out = self.train("-n", "1", "--core-every", "1")
         self.assertEqual(code, 0, out)
         self.assertIn("data: the ClimbMix shards in %s (found there" % cache, out)
-        self.assertIn("data: 1 training shards (%s/train_*.bin)" % cache, out)
+        self.assertIn("data: 1 training shard (%s/train_*.bin)" % cache, out)
         self.assertIn("CORE: off, no task files in %s/core" % cache, out)
         self.assertNotIn("CORE: 4 tasks", out)
 
@@ -57,7 +57,7 @@ class DefaultData(xsatest.TempDirTest):
         code, out = self.train("-n", "1", "--core-every", "-1", "-i", "dev/data/devil/train_*.bin")
         self.assertEqual(code, 0, out)
         self.assertNotIn("ClimbMix", out)
-        self.assertIn("data: 1 training shards (dev/data/devil/train_*.bin)", out)
+        self.assertIn("data: 1 training shard (dev/data/devil/train_*.bin)", out)
 
     def test_data_dir_named_but_unusable(self):
         # XSA_DATA_DIR set on purpose but without the data: one error naming what is missing, not the embedded corpus

@@ -66,11 +66,11 @@ class TestPresets(unittest.TestCase):
                ("-d 6", "depth 6, dim 384, heads 6 (kv 6) x 64"),
                ("-d 12 -x 1 --xsa-layers last:3", "XSA: alpha 1 on layers 9,10,11"),
                ("-d 12 -x learn --xsa-layers 0-1", "XSA: learnable alpha = tanh(a) per head, a starting at 0, on layers 0,1"),
-               ("-d 12 --threads 1", "backend: CPU (fp32, OpenMP), 1 threads"),
+               ("-d 12 --threads 1", "backend: CPU (fp32, OpenMP), 1 thread\n"),
                ("-d 12", "batch: 4 rows per micro-batch (the default"),  # the CPU default
                ("-d 12 -t 1024 -B 2048", "batch: 2 rows per micro-batch (the default"),  # 4 would not divide the total batch
                # the plan says what the run would warn about: the data, and the embedded corpus read thousands of times over
-               ("-d 24 -i dev/data/devil/train_*.bin", "data: 1 training shards (dev/data/devil/train_*.bin)"),
+               ("-d 24 -i dev/data/devil/train_*.bin", "data: 1 training shard (dev/data/devil/train_*.bin)"),
                ("-d 24 -i dev/data/devil/train_*.bin", "warning: this plan reads the 93339 training tokens 39364 times over")]
 
     def test_presets(self):

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Resume, end to end: a run interrupted (its checkpoint copied into a new directory, with its metrics.jsonl
-or alone and resumed with --new-log 1, SIGTERM or SIGINT at a random time, kill -9 at random times, launched
+or alone and resumed with --new-log 1, SIGTERM or SIGINT after a random step, kill -9 at random times, launched
 ranks stopped by SIGTERM, a checkpoint of 2 ranks taken to 1 or 4) and then resumed must end as the same run
 left alone: its final weights (or last checkpoint) bit for bit, its train losses, its metrics.jsonl lines without
 duplicates, each case as the table CASES says (on other rank counts, which change the sums: every step logged, the
@@ -121,21 +121,28 @@ def copied(*names):
 
 
 def signalled(sig):
-    """`sig` at a random time within the first 20..60% of the reference's duration: the run must stop after
-    a step with exit code 128 + sig, its last line saying so and printing the command that resumes it."""
+    """`sig` once the run has printed a random step within the first 20..60% of the reference's steps (a step, not
+    a time: where start-up takes most of a short run, or the machine is busy, a signal at a random time may come
+    before the first step, which stops the run at once with nothing to resume, or after the last): the run must
+    stop after a step with exit code 128 + sig, its last line saying so and printing the command that resumes it."""
     def interrupt(test, config, ref, run):
-        delay = test.rng.uniform(0.2, 0.6) * ref.seconds
-        run.what = "%s after %.2f s" % (sig.name, delay)
-        p = start(config.argv(run.home, run.dir, "-o"))
-        time.sleep(delay)
+        steps = sum(1 for m in metrics_lines(os.path.join(ref.dir, "metrics.jsonl")) if m["kind"] == "train")
+        after = max(1, round(test.rng.uniform(0.2, 0.6) * steps))
+        run.what = "%s after step %d of %d" % (sig.name, after, steps)
+        p, printed = start(config.argv(run.home, run.dir, "-o")), b""
+        for line in p.stdout:
+            printed += line
+            if line.startswith(b"step %d/" % after):
+                break
         p.send_signal(sig)
         code, out = finish(p)
+        out = printed.decode("utf-8", "replace") + out
         last = out.rstrip("\n").split("\n")[-1]
         test.assertEqual(code, 128 + sig, "%s: exit %d (want %d)\n%s" % (run.what, code, 128 + sig, tail(out)))
         test.assertTrue(last.startswith("stopped by %s after step " % sig.name) and "resume with: " in last,
                         "%s: last line %r" % (run.what, last))
         run.command = last.split("resume with: ", 1)[1].split()  # as a user would run it
-    interrupt.text = "%s at a random time" % sig.name
+    interrupt.text = "%s after a random step" % sig.name
     return interrupt
 
 
@@ -247,6 +254,7 @@ CASES = [
     Case("copied checkpoint alone, learnable alpha", "train_gpt -x learn", copied("ckpt_000003.safetensors"),
          resumed("--new-log", "1", says="from step 3 on (--new-log 1)"), ("weights", "new log")),
     Case("copied checkpoint, SFT", "chat_sft", copied("ckpt_000005.safetensors", "metrics.jsonl"), resumed(), ("weights", "losses", "lines")),
+    Case("SFT: SIGTERM, resumed without flags", "chat_sft", signalled(signal.SIGTERM), resumed_alone, ("weights", "metrics")),
     Case("launched ranks stopped", "train_gpt, 2 ranks, 200 steps", launched_stop(10), launched_resume, ("checkpoint", "losses", "lines")),
     Case("2 ranks -> 1", "train_gpt, 2 ranks, 8 steps", copied("ckpt_000004.safetensors", "metrics.jsonl"),
          resumed("--ranks", "1", says="was written by 2 ranks, this run has 1"), ("near", "lines")),
