@@ -44,9 +44,9 @@ static const uint64_t SHARD_HEADER_BYTES = SHARD_HEADER_INTS * sizeof(int32_t);
 //   of documents is scanned and before each document is copied into a batch: a file rewritten or truncated
 //   during a run is an error naming it. (A file replaced by a new one, e.g. renamed over, leaves the
 //   mapping on the old one, which stays whole.)
-// * a truncation between a check and a read still raises SIGBUS: the handler below names the file whose
-//   mapping holds the faulting address, as an `error:` line, and exits 1. A SIGBUS anywhere else keeps
-//   its previous action.
+// * a truncation between a check and a read still raises SIGBUS: the handler of common.h
+//   (file_mapping_register) names the file whose mapping holds the faulting address, as an `error:` line, and
+//   exits 1.
 struct MappedFile {
     std::string path;
     const char* what = "";    // "shard", "conversation file": how errors name it
@@ -56,74 +56,6 @@ struct MappedFile {
     ino_t ino = 0;
     struct timespec mtime = {};
 };
-
-struct FileMapping {
-    const char* begin;
-    size_t bytes;
-    const char* what;
-    char* path;  // malloc'ed: read by the signal handler
-};
-static std::vector<FileMapping>& g_file_mappings = *new std::vector<FileMapping>;  // never destroyed: the handler may run during exit
-static struct sigaction g_sigbus_previous;
-
-static inline void sigbus_write(const char* text) {
-    size_t n = strlen(text);
-    while (n > 0) {
-        ssize_t w = write(2, text, n);
-        if (w <= 0) return;
-        text += w;
-        n -= (size_t)w;
-    }
-}
-
-static inline void mapped_file_sigbus_handler(int sig, siginfo_t* info, void* context) {
-    const char* addr = (const char*)info->si_addr;
-    for (const FileMapping& m : g_file_mappings) {
-        if (addr >= m.begin && addr < m.begin + m.bytes) {
-            // one line, async-signal-safe: write(2) and _exit only
-            char line[4096] = "error: ";
-            size_t n = strlen(line);
-            const char* parts[] = {g_fail_prefix, m.what, " '", m.path, "' was truncated while this run read it (a ", m.what,
-                                   " must not change during a run)\n"};
-            for (const char* part : parts)
-                for (const char* c = part; *c && n < sizeof line - 2; c++) line[n++] = *c;
-            if (line[n - 1] != '\n') line[n++] = '\n';
-            line[n] = '\0';
-            sigbus_write(line);
-            _exit(1);
-        }
-    }
-    // not ours: the previous action, on the faulting access again
-    sigaction(SIGBUS, &g_sigbus_previous, nullptr);
-    (void)sig;
-    (void)context;
-}
-
-static inline void mapped_file_register(const MappedFile& f) {
-    static bool installed = false;
-    if (!installed) {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_sigaction = mapped_file_sigbus_handler;
-        sa.sa_flags = SA_SIGINFO;
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGBUS, &sa, &g_sigbus_previous);
-        installed = true;
-    }
-    char* path = strdup(f.path.c_str());
-    if (!path) fail("out of memory opening %s '%s'", f.what, f.path.c_str());
-    g_file_mappings.push_back({(const char*)f.map, f.map_bytes, f.what, path});
-}
-
-static inline void mapped_file_unregister(const MappedFile& f) {
-    for (size_t i = 0; i < g_file_mappings.size(); i++)
-        if (g_file_mappings[i].begin == (const char*)f.map) {
-            char* path = g_file_mappings[i].path;
-            g_file_mappings.erase(g_file_mappings.begin() + i);
-            free(path);
-            return;
-        }
-}
 
 // Opens `path` (a `what`), reads its first header_bytes into `header` (shorter is an error), lets
 // check_header(file_bytes) refuse a header that does not fit the file (before anything is mapped, so a
@@ -168,12 +100,12 @@ static inline void mapped_file_open(MappedFile* f, const std::string& path, cons
         fail("cannot map %s '%s': %s", what, path.c_str(), strerror(errno));
     }
 #endif
-    mapped_file_register(*f);
+    file_mapping_register(f->map, f->map_bytes, f->what, f->path);
 }
 
 static inline void mapped_file_close(MappedFile* f) {
     if (f->map) {
-        mapped_file_unregister(*f);
+        file_mapping_unregister(f->map);
 #ifdef XSA_FUZZ
         free(f->map);
 #else

@@ -18,6 +18,7 @@ static void usage() {
 }
 
 int main(int argc, char** argv) {
+    openmp_short_spin(argv);  // first: it may start the program again (common.h says why)
     std::string weights, task_dir, csv;
     int max_per_task = -1;
     parse_options(argc, argv, usage, [&](const std::string& flag, const char* value) {

@@ -2500,6 +2500,7 @@ static void run_train(Run<Loader>* run, Evaluate evaluate_more) {
 
 #ifndef TRAIN_GPT_NO_MAIN  // chat/chat_sft.cu, the tests and tools use this file as a library: everything but main()
 int main(int argc, char** argv) {
+    openmp_short_spin(argv);  // first: it may start the program again (common.h says why)
     setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches a pipe or log file as it is printed
     Run<DataLoader> run;
     run.args = parse_run_arguments(argc, argv, &run.recorded_words);

@@ -34,6 +34,7 @@ static int special_or_fail(const Tokenizer* tok, const char* name) {
 }
 
 int main(int argc, char** argv) {
+    openmp_short_spin(argv);  // first: it may start the program again (common.h says why)
     GenerationArgs a;
     a.max_new = 256;
     a.sampling.temperature = 0.6f;

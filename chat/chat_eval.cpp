@@ -38,6 +38,7 @@ static void check_output_file(const char* flag, const std::string& path) {
 }
 
 int main(int argc, char** argv) {
+    openmp_short_spin(argv);  // first: it may start the program again (common.h says why)
     std::string weights, task_dir, csv, tokenizer, answers, rendezvous;
     int max_cat = -1, max_sample = -1, max_new = 512, ranks = 1;
     parse_options(argc, argv, usage, [&](const std::string& flag, const char* value) {

@@ -274,6 +274,7 @@ static void sft_chatcore(SftRun* s, int step) {
 }
 
 int main(int argc, char** argv) {
+    openmp_short_spin(argv);  // first: it may start the program again (common.h says why)
     setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches a pipe or log file as it is printed
     SftRun s;
     const std::vector<std::string> given = argument_words(argc, argv);

@@ -24,6 +24,7 @@ static void usage() {
 }
 
 int main(int argc, char** argv) {
+    openmp_short_spin(argv);  // first: it may start the program again (common.h says why)
     GenerationArgs a;
     a.max_new = 128;
     a.sampling.temperature = 0.8f;

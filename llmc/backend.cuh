@@ -158,7 +158,7 @@ static inline void backend_init(FILE* log = stdout) {
         fprintf(log, "backend: %s on %s (compute capability %d.%d, %d SMs, %.1f GiB)\n", BACKEND_NAME, g_cuda.name, g_cuda.cc_major,
                 g_cuda.cc_minor, g_cuda.sm_count, g_cuda.memory / 1073741824.0);
 #else
-    if (log) fprintf(log, "backend: %s, %d thread%s\n", BACKEND_NAME, num_threads(), num_threads() == 1 ? "" : "s");
+    if (log) fprintf(log, "backend: %s, %d thread%s (%s)\n", BACKEND_NAME, num_threads(), num_threads() == 1 ? "" : "s", openmp_wait_text().c_str());
 #endif
 }
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #ifdef _OPENMP
@@ -52,6 +53,70 @@ struct FuzzReject {
     fprintf(stderr, "error: %s%s\n", g_fail_prefix, msg);  // one write, so that ranks failing together do not interleave
     exit(1);
 #endif
+}
+
+// Files mapped into memory that another process could truncate (token shards, conversation files, the rendezvous
+// file of launched ranks): a read or write of a page the file lost raises SIGBUS. The handler names the file
+// whose mapping holds the faulting address in one `error:` line and exits 1; a SIGBUS anywhere else keeps its
+// previous action.
+struct FileMapping {
+    const char* begin;
+    size_t bytes;
+    const char* what;  // "shard", "conversation file", "rendezvous file": how the error names it
+    char* path;        // malloc'ed: read by the signal handler
+};
+static std::vector<FileMapping>& g_file_mappings = *new std::vector<FileMapping>;  // never destroyed: the handler may run during exit
+static struct sigaction g_sigbus_previous;
+
+static inline void file_mapping_sigbus_handler(int sig, siginfo_t* info, void* context) {
+    const char* addr = (const char*)info->si_addr;
+    for (const FileMapping& m : g_file_mappings) {
+        if (addr >= m.begin && addr < m.begin + m.bytes) {
+            // one line, async-signal-safe: write(2) and _exit only
+            char line[4096] = "error: ";
+            size_t n = strlen(line);
+            const char* parts[] = {g_fail_prefix, m.what, " '", m.path, "' was truncated while this run read it (a ", m.what,
+                                   " must not change during a run)\n"};
+            for (const char* part : parts)
+                for (const char* c = part; *c && n < sizeof line - 2; c++) line[n++] = *c;
+            if (line[n - 1] != '\n') line[n++] = '\n';
+            for (size_t done = 0; done < n;) {
+                const ssize_t w = write(2, line + done, n - done);
+                if (w <= 0) break;
+                done += (size_t)w;
+            }
+            _exit(1);
+        }
+    }
+    // not ours: the previous action, on the faulting access again
+    sigaction(SIGBUS, &g_sigbus_previous, nullptr);
+    (void)sig;
+    (void)context;
+}
+
+static inline void file_mapping_register(const void* begin, size_t bytes, const char* what, const std::string& path) {
+    static bool installed = false;
+    if (!installed) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = file_mapping_sigbus_handler;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGBUS, &sa, &g_sigbus_previous);
+        installed = true;
+    }
+    char* copy = strdup(path.c_str());
+    if (!copy) fail("out of memory opening %s '%s'", what, path.c_str());
+    g_file_mappings.push_back({(const char*)begin, bytes, what, copy});
+}
+
+static inline void file_mapping_unregister(const void* begin) {
+    for (size_t i = 0; i < g_file_mappings.size(); i++)
+        if (g_file_mappings[i].begin == (const char*)begin) {
+            free(g_file_mappings[i].path);
+            g_file_mappings.erase(g_file_mappings.begin() + i);
+            return;
+        }
 }
 
 static inline FILE* fopen_or_fail(const char* path, const char* mode) {
@@ -375,6 +440,34 @@ static inline int num_threads() {
 #else
     return 1;
 #endif
+}
+
+// How OpenMP's threads wait at a barrier for the slowest of them. libgomp spins 300,000 times before it sleeps;
+// on a machine shared with other CPU-bound work a spinning thread holds a core that the thread it waits for
+// needs, and the quick start ran 12x slower beside 5 busy processes where its share of the CPU was 3.5x
+// (dev/bench/cpu_load.py; dev/docs/reliability.md has the table). Spinning 3,000 times keeps a quiet machine's
+// speed (within the runs' noise, a few percent) and slows in proportion to the CPU share (4.6x there, 1.3 times the
+// share); sleeping at once (OMP_WAIT_POLICY=passive) cost 7-18% on the quiet machine. libgomp reads its settings
+// once, as it loads, before main: so the program starts itself again with
+// GOMP_SPINCOUNT set, the first thing it does, unless the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT (theirs
+// apply). A binary that cannot be started again goes on with libgomp's default.
+static const char* const OPENMP_SPIN_COUNT = "3000";
+static inline void openmp_short_spin(char** argv) {
+#ifdef _OPENMP
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    setenv("GOMP_SPINCOUNT", OPENMP_SPIN_COUNT, 1);
+    execv("/proc/self/exe", argv);
+    unsetenv("GOMP_SPINCOUNT");  // (not started again: libgomp's default applies, and openmp_wait_text says so)
+#else
+    (void)argv;
+#endif
+}
+
+// How the threads wait, as set when the program started (for the backend line).
+static inline std::string openmp_wait_text() {
+    for (const char* name : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"})
+        if (const char* value = getenv(name)) return std::string(name) + "=" + value;
+    return "libgomp's default wait";
 }
 
 // wall-clock milliseconds since an arbitrary start, for timing steps

@@ -400,6 +400,7 @@ static inline void ranks_join_shared_memory(const std::string& path) {
     void* map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) fail("--rendezvous: cannot map '%s': %s", path.c_str(), strerror(errno));
     close(fd);
+    file_mapping_register(map, bytes, "rendezvous file", path);  // (truncated by another process: an error, not SIGBUS)
     ranks_use_mapping(map, RANK_CHUNK);
     struct stat ns;
     g_ranks.shared->pid_spaces[g_ranks.rank] = stat("/proc/self/ns/pid", &ns) == 0 ? (uint64_t)ns.st_ino : 0;

@@ -145,6 +145,13 @@ def main():
     write("fuzz_encoder", "runs.txt", b" " * 300 + b"a" * 300 + b"1" * 30 + b"\r\n" * 20 + "\u3000".encode() * 30)
     write("fuzz_encoder", "ill_formed.bin", b"a\x80b\xc0\xafc\xe0\x80\x80d\xed\xa0\x80e\xf4\x90\x80\x80f\xf0\x9f\x91g\xe2\x82h\xff\xfe")
 
+    # calculator expressions: GSM8K's annotations and SpellingBee's count (the two forms it evaluates), floats
+    # at the edges of repr, a division by zero, the caps (a 1000-digit int, 100 nested parentheses) and a power
+    for k, expr in enumerate([b"48/2", b"1,200*3", b"(12+007.5)*-3//2", b".5 + 5. - 1e5", b"10**400", b"1/0", b"2/3*1e308*10",
+                              b"'strawberry'.count('r')", b'"ab ab" .count( "")', b"9" * 1000 + b"//7",
+                              b"(" * 100 + b"1" + b")" * 100, b"'x'.join('y').count('x')"]):
+        write("fuzz_calculator", "expr_%02d.txt" % k, expr)
+
     # CORE task files: the embedded bundle's, and a minimal one of each type
     for name in sorted(os.listdir(os.path.join(REPO, "dev/data/core_tasks"))):
         if name.endswith(".bin"):

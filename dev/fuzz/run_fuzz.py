@@ -28,7 +28,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FUZZ = os.path.join(REPO, "dev", "fuzz")
 DERIVED_SEEDS = {"fuzz_checkpoint", "fuzz_loader_state"}  # harnesses that write seeds with XSA_FUZZ_WRITE_SEEDS
-DICTS = {"fuzz_checkpoint": "json.dict", "fuzz_safetensors": "json.dict", "fuzz_encoder": "encoder.dict"}  # libFuzzer dictionaries (-dict)
+DICTS = {"fuzz_checkpoint": "json.dict", "fuzz_safetensors": "json.dict", "fuzz_encoder": "encoder.dict",
+         "fuzz_calculator": "calc.dict"}  # libFuzzer dictionaries (-dict)
 
 
 def last(pattern, text, default="?"):

@@ -21,6 +21,7 @@ import os
 import random
 import shlex
 import struct
+import subprocess
 import sys
 import unittest
 
@@ -66,7 +67,7 @@ class TestPresets(unittest.TestCase):
                ("-d 6", "depth 6, dim 384, heads 6 (kv 6) x 64"),
                ("-d 12 -x 1 --xsa-layers last:3", "XSA: alpha 1 on layers 9,10,11"),
                ("-d 12 -x learn --xsa-layers 0-1", "XSA: learnable alpha = tanh(a) per head, a starting at 0, on layers 0,1"),
-               ("-d 12 --threads 1", "backend: CPU (fp32, OpenMP), 1 thread\n"),
+               ("-d 12 --threads 1", "backend: CPU (fp32, OpenMP), 1 thread ("),
                ("-d 12", "batch: 4 rows per micro-batch (the default"),  # the CPU default
                ("-d 12 -t 1024 -B 2048", "batch: 2 rows per micro-batch (the default"),  # 4 would not divide the total batch
                # the plan says what the run would warn about: the data, and the embedded corpus read thousands of times over
@@ -78,6 +79,36 @@ class TestPresets(unittest.TestCase):
             with self.subTest("train_gpt %s -n 0 prints '%s'" % (args, expect)):
                 code, out = train_gpt(args + " -n 0")
                 self.assertTrue(code == 0 and expect in out, "exit %d, output:\n%s" % (code, out))
+
+
+class TestWaitPolicy(unittest.TestCase):
+    """OpenMP's threads spin briefly at barriers, then sleep (llmc/common.h, openmp_short_spin: the run slows in proportion
+    to its CPU share on a shared machine): without OMP_WAIT_POLICY or GOMP_SPINCOUNT the program starts itself again
+    with GOMP_SPINCOUNT=3000, in the environment libgomp reads as it loads (the process's initial environment,
+    /proc/PID/environ, which setenv alone does not change); a policy the user set is kept as given."""
+
+    def start(self, env):
+        env = dict({k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}, **env)
+        p = subprocess.Popen([binary("train_gpt_cpu")] + shlex.split(TINY) + ["-n", "100000", "--eval-every", "100000"], cwd=xsatest.REPO,
+                             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.addCleanup(p.wait)
+        self.addCleanup(p.kill)
+        backend = next((line.decode("utf-8", "replace") for line in p.stdout if line.startswith(b"backend: ")), "(no backend line)")
+        with open("/proc/%d/environ" % p.pid, "rb") as f:
+            environ = f.read().split(b"\0")
+        return backend, environ
+
+    def test_short_spin_by_default(self):
+        backend, environ = self.start({})
+        self.assertIn("(GOMP_SPINCOUNT=3000)", backend)
+        self.assertIn(b"GOMP_SPINCOUNT=3000", environ, "the program was not started again with GOMP_SPINCOUNT set")
+
+    def test_user_policy_kept(self):
+        for name, value in (("OMP_WAIT_POLICY", "active"), ("GOMP_SPINCOUNT", "100")):
+            with self.subTest("%s=%s" % (name, value)):
+                backend, environ = self.start({name: value})
+                self.assertIn("(%s=%s)" % (name, value), backend)
+                self.assertNotIn(b"GOMP_SPINCOUNT=3000", environ)
 
 
 class TestBadFlags(unittest.TestCase):

@@ -251,6 +251,20 @@ class TestLaunchErrors(TempDirTest):
                        "is for 2 ranks, and this is rank 1 of 3 (a file left by another run? remove it)")
         self.one_error(dict(env, RANK="1", LOCAL_RANK="1"), "--rendezvous " + self.q("stale"), "rank 0 (process %d) has ended; stopping" % procs[0].pid)
 
+    def test_rendezvous_file_truncated(self):
+        """the rendezvous file cut to 0 bytes by another process while rank 0 waits in it for rank 1: one error line
+        naming it and exit 1 (a read of the lost pages raised SIGBUS)"""
+        rdv = self.path("rdv")
+        p = start([binary("train_gpt_cpu")] + shlex.split(TINY + " -n 1") + ["--rendezvous", rdv], launcher_env(0, XSA_RENDEZVOUS_TIMEOUT="20"))
+        deadline = time.time() + TIMEOUT
+        while not os.path.exists(rdv) and time.time() < deadline and p.poll() is None:
+            time.sleep(0.02)
+        os.truncate(rdv, 0)
+        code, out, err = finish(p)
+        self.assertTrue(code == 1 and err.count("\n") == 1 and err.startswith("error: ") and
+                        "rendezvous file '%s' was truncated while this run read it" % rdv in err,
+                        "exit %d, stderr: %s" % (code, err or "(nothing)"))
+
 
 if __name__ == "__main__":
     unittest.main()
