@@ -86,8 +86,8 @@ SHARD_MARGIN = 1.17             # the margin of README's 120 over its 103 shards
 PARQUET_MB = 100                # a ClimbMix shard is ~100 MB of parquet holding >= 250M characters (README)
 SHARD_CHARS = 250e6
 TIKTOKEN_MB_S = 7.5             # tiktoken's encode_ordinary, one thread, a loaded 2-core VM (README, "Speed")
-H200_PEAK = 989e12              # bf16 dense FLOP/s, and the d24 model's 49-57% MFU (dev/docs/performance.md)
-MFU_RANGE = (0.49, 0.57)
+H200_PEAK = 989e12              # bf16 dense FLOP/s, and the d24 model's 37-46% MFU (dev/docs/performance.md, an estimate)
+MFU_RANGE = (0.37, 0.46)
 DATA_PACKAGES = ["rustbpe", "tiktoken", "pyarrow", "numpy"]  # dev/data/requirements.txt, as the data scripts import them
 
 CORE_MAGIC, CHAT_MAGIC, SFT_MAGIC, TOKENIZER_MAGIC = 20241202, 20261203, 20261202, 20241201
