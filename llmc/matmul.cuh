@@ -425,7 +425,8 @@ static inline void matmul_backward_cpu(float* dinp, float* dweight, const float*
 // Excluded: INPLACE (partials added into the output in its own type, bf16 for dinp, serialised by
 // counters) and OUTPUT_TYPE (bf16 partials): both round partial sums to the output type. Every plan is
 // checked after the heuristic (CUBLASLT_ALGO_CONFIG_SPLITK_NUM and _REDUCTION_SCHEME read back from the
-// chosen algorithm); matmul_cuda_print_plans() lists what was chosen. g_matmul_reduction_mask can be set
+// chosen algorithm); matmul_cuda_print_plans() lists what was chosen. A problem with no candidate left runs on
+// matmul_fallback_kernel (below), with a note. g_matmul_reduction_mask can be set
 // to CUBLASLT_REDUCTION_SCHEME_NONE alone to forbid split-K entirely (it is part of the key).
 
 #ifdef __CUDACC__
@@ -461,6 +462,7 @@ struct MatmulPlan {
     // how the candidate was chosen, and (tuned) each usable candidate's ms, -1 where cuBLASLt refused it
     enum { HEURISTIC, TUNED, RECORDED } how = HEURISTIC;
     std::vector<float> tune_ms;
+    bool fallback = false;  // no usable candidate: matmul_fallback_kernel runs it
 };
 
 // key: M, N, K, transA, transB, D fp32, batch, strideA, strideB, strideCD, C == D, alignA, alignB, alignCD, mask
@@ -583,11 +585,13 @@ static inline MatmulPlan& matmul_plan(const MatmulKey& key, int M, int N, int K,
         }
         plan.usable.push_back(results[i]);
     }
-    if (plan.usable.empty())
-        fail("matmul: cuBLASLt has no deterministic algorithm for M=%d N=%d K=%d transA=%d transB=%d out=%s batch=%d "
-             "(alignment A %u B %u C/D %u bytes, %d candidates)", M, N, K, (int)transA, (int)transB, d_fp32 ? "fp32" : "bf16",
-             batch, alignA, alignB, alignCD, returned);
-    matmul_plan_take(&plan, 0);
+    plan.fallback = plan.usable.empty();
+    if (plan.fallback)  // once per shape: the plan is cached
+        printf("note: cuBLASLt offers no deterministic algorithm for the GEMM M=%d N=%d K=%d transA=%d transB=%d out=%s batch=%d "
+               "(alignment A %u B %u C/D %u bytes, %d candidates); it runs on matmul_fallback_kernel (deterministic, slower)\n", M, N, K,
+               (int)transA, (int)transB, d_fp32 ? "fp32" : "bf16", batch, alignA, alignB, alignCD, returned);
+    else
+        matmul_plan_take(&plan, 0);
     return g_matmul.plans.emplace(key, plan).first->second;
 }
 
@@ -632,6 +636,7 @@ static inline float matmul_time_candidate(const MatmulPlan& plan, const cublasLt
 // A new plan's choice: recorded, tuned, or the heuristic's first (see above). d_bytes: D's size in bytes.
 static inline void matmul_choose(MatmulPlan* plan, const MatmulKey& key, void* D, const void* C, const floatX* A, const floatX* B,
                                  float alpha, float beta, size_t d_bytes, cudaStream_t stream) {
+    if (plan->fallback) return;  // no candidate to choose from (a recorded choice cannot name one here either)
     const auto rec = g_matmul.recorded.find(key);
     if (rec != g_matmul.recorded.end()) {
         if (rec->second < (int)plan->usable.size()) {
@@ -673,6 +678,45 @@ static inline void matmul_choose(MatmulPlan* plan, const MatmulKey& key, void* D
     g_matmul.chosen_keys.push_back(key);
 }
 
+// The GEMM of a plan for which cuBLASLt offers no deterministic algorithm (none at all, none out of place, or
+// only split-K schemes our rules exclude: tiny or oddly aligned problems such as Muon's 6 x 12 ve_gate group),
+// under matmul_lt's contract below. Its CPU twin is matmul.cuh's CPU GEMM (dev/cuda/matmul_check.cu checks it
+// against it, on the emulator with a heuristic that offers nothing). One block of 16 x 16 threads per 16 x 16
+// tile of D[b]; op(A) and op(B) pass through shared memory 16 columns (rows) of K at a time; each output sums
+// its K products in ascending order in fp32 and is rounded once: deterministic, run to run and across GPUs.
+// Far slower than cuBLASLt for large problems; the plan says when it is taken.
+// grid (ceil(N / 16), ceil(M / 16), batch), block 256.
+static const int MATMUL_FALLBACK_TILE = 16;
+template <typename OutT>
+__global__ void __launch_bounds__(MATMUL_FALLBACK_TILE * MATMUL_FALLBACK_TILE)
+    matmul_fallback_kernel(OutT* D, const OutT* C, const floatX* A, const floatX* B, int M, int N, int K, bool transA, bool transB,
+                           float alpha, float beta, long long strideA, long long strideB, long long strideCD) {
+    constexpr int T = MATMUL_FALLBACK_TILE;
+    __shared__ float a_tile[T][T + 1], b_tile[T][T + 1];  // op(A) rows x K slice, K slice x op(B) columns (+1: no bank conflicts)
+    const int tx = threadIdx.x % T, ty = threadIdx.x / T;
+    const int row = blockIdx.y * T + ty, col = blockIdx.x * T + tx;
+    const size_t b = blockIdx.z;
+    A += b * strideA;
+    B += b * strideB;
+    D += b * strideCD;
+    C += b * strideCD;
+    float acc = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += T) {
+        const int ak = k0 + tx, bk = k0 + ty;  // op(A)[row][ak] and op(B)[bk][col]; A stored (M, K) or (K, M), B (K, N) or (N, K)
+        a_tile[ty][tx] = row < M && ak < K ? to_float(transA ? A[(size_t)ak * M + row] : A[(size_t)row * K + ak]) : 0.0f;
+        b_tile[ty][tx] = bk < K && col < N ? to_float(transB ? B[(size_t)col * K + bk] : B[(size_t)bk * N + col]) : 0.0f;
+        __syncthreads();
+        const int kend = min(T, K - k0);
+        for (int k = 0; k < kend; k++) acc = fmaf(a_tile[ty][k], b_tile[k][tx], acc);
+        __syncthreads();
+    }
+    if (row >= M || col >= N) return;
+    const size_t at = (size_t)row * N + col;
+    const float out = beta != 0.0f ? alpha * acc + beta * to_float(C[at]) : alpha * acc;
+    if constexpr (sizeof(OutT) == sizeof(float)) D[at] = out;
+    else D[at] = to_floatX(out);
+}
+
 // The one GEMM of the CUDA backend, row-major, strided-batched:
 //   D[i] (M, N) = alpha op(A[i]) (M, K) @ op(B[i]) (K, N) + beta C[i],   i < batch
 // A stored (M, K), or (K, M) if transA; B stored (K, N), or (N, K) if transB; C and D stored (M, N), packed
@@ -696,8 +740,20 @@ static inline void matmul_lt(void* D, bool d_fp32, const void* C, const floatX* 
                                    (uint32_t)alA, (uint32_t)alB, (uint32_t)alCD, &made);
     if (made) matmul_choose(&plan, key, D, C, A, B, alpha, beta, ((size_t)(batch - 1) * strideCD + (size_t)M * N) * d_bytes, stream);
     g_matmul.last = &plan;
-    cublasCheck(cublasLtMatmul(g_matmul.handle, plan.desc, &alpha, B, plan.layout_a, A, plan.layout_b, &beta, C,
-                               plan.layout_cd, D, plan.layout_cd, &plan.algo, g_matmul.workspace, plan.workspace, stream));
+    if (plan.fallback) {
+        const dim3 grid(ceil_div(N, MATMUL_FALLBACK_TILE), ceil_div(M, MATMUL_FALLBACK_TILE), batch);
+        const int threads = MATMUL_FALLBACK_TILE * MATMUL_FALLBACK_TILE;
+        if (d_fp32)
+            matmul_fallback_kernel<float><<<grid, threads, 0, stream>>>((float*)D, (const float*)C, A, B, M, N, K, transA, transB, alpha, beta,
+                                                                 strideA, strideB, strideCD);
+        else
+            matmul_fallback_kernel<floatX><<<grid, threads, 0, stream>>>((floatX*)D, (const floatX*)C, A, B, M, N, K, transA, transB, alpha, beta,
+                                                                 strideA, strideB, strideCD);
+        cudaCheckLaunch();
+    } else {
+        cublasCheck(cublasLtMatmul(g_matmul.handle, plan.desc, &alpha, B, plan.layout_a, A, plan.layout_b, &beta, C,
+                                   plan.layout_cd, D, plan.layout_cd, &plan.algo, g_matmul.workspace, plan.workspace, stream));
+    }
     if (cuda_sync_debug()) {  // name the matmul: its shape and layout
         char what[160];
         snprintf(what, sizeof what, "cuBLASLt matmul M %d N %d K %d transA %d transB %d batch %d%s", M, N, K, (int)transA, (int)transB, batch,
@@ -746,6 +802,12 @@ static inline void matmul_cuda_print_plans(FILE* f) {
     for (const auto& kv : g_matmul.plans) {
         const MatmulKey& k = kv.first;
         const MatmulPlan& p = kv.second;
+        if (p.fallback) {
+            fprintf(f, "  M=%-6lld N=%-6lld K=%-6lld tA=%lld tB=%lld out=%s batch=%-3lld %s align=%lld/%lld/%lld | no cuBLASLt candidate: "
+                    "matmul_fallback_kernel\n", k[0], k[1], k[2], k[3], k[4], k[5] ? "fp32" : "bf16", k[6], k[10] ? "in-place" : "out-of-place",
+                    k[11], k[12], k[13]);
+            continue;
+        }
         fprintf(f, "  M=%-6lld N=%-6lld K=%-6lld tA=%lld tB=%lld out=%s batch=%-3lld %s align=%lld/%lld/%lld | #%d of %zu: algo %d tile %d "
                 "stages %d splitK %d reduction %s waves %.2f ws %zu | %s",
                 k[0], k[1], k[2], k[3], k[4], k[5] ? "fp32" : "bf16", k[6], k[10] ? "in-place" : "out-of-place", k[11], k[12],

@@ -328,12 +328,34 @@ static void check_tuning() {
     for (void* p : {(void*)inp, (void*)weight, (void*)dout, (void*)out, (void*)dweight}) cudaCheck(cudaFree(p));
 }
 
+// --fallback: the GEMMs where cuBLASLt offers no deterministic algorithm run matmul_fallback_kernel. Run where the
+// heuristic offers none (the emulator's EMU_LT_NO_CANDIDATES=1), it checks that kernel against the CPU twins on
+// the small shapes it is for (odd sizes, one row, ve_gate, every transpose, alpha/beta, in place, unaligned
+// batches, Muon's ve_gate group) and that every plan took it.
+static int check_fallback(Rng* rng) {
+    const Shape shapes[] = {{"odd", 1000, 37, 53}, {"odd", 257, 129, 65}, {"one row", 1, 64, 8}, {"ve_gate", 2048, 12, 6}};
+    for (const Shape& s : shapes) check_linear(s, 1, rng);
+    for (int t = 0; t < 4; t++) check_batched("combo", 96, 80, 112, t & 1, t & 2, 0.7f, -0.3f, 3, false, true, 0);
+    check_batched("in-place", 37, 53, 29, false, true, 1.5f, 0.5f, 2, true, true, 0);
+    check_batched("ve_gate gram", 6, 6, 12, false, true, 1.0f, 0.0f, 6, false, false, 0);
+    check_batched("ve_gate update", 6, 12, 6, false, false, 1.0f, 8.16f, 6, false, false, 0);
+    int fallback = 0;
+    for (const auto& kv : g_matmul.plans) fallback += kv.second.fallback;
+    char name[96];
+    snprintf(name, sizeof name, "%d of %zu plans on the fallback kernel", fallback, g_matmul.plans.size());
+    record(name, fallback == (int)g_matmul.plans.size() && fallback > 0 ? 0.0 : 1.0, 0.0, true, 0.0, 0.0, "");
+    matmul_cuda_print_plans(stdout);
+    return print_table();
+}
+
 int main(int argc, char** argv) {
     int repeats = 20;
-    if (argc > 1) repeats = parse_int32("repeats", argv[1]);
+    const bool fallback = argc > 1 && std::string(argv[argc - 1]) == "--fallback";
+    if (argc > 1 + fallback) repeats = parse_int32("repeats", argv[1]);
     check_init();
     matmul_cuda_init(0);
     Rng rng = {42};
+    if (fallback) return check_fallback(&rng);
 
     // (name, M = tokens, K = in, N = out): d12 / d24 (head_dim 64), nanochat's head_dim 128 d24, odd shapes;
     // qkv: the one GEMM of q | k | v, attn: the attention output projection c_proj
