@@ -450,10 +450,11 @@ static inline int num_threads() {
 // share); sleeping at once (OMP_WAIT_POLICY=passive) cost 7-18% on the quiet machine. libgomp reads its settings
 // once, as it loads, before main: so the program starts itself again with
 // GOMP_SPINCOUNT set, the first thing it does, unless the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT (theirs
-// apply). A binary that cannot be started again goes on with libgomp's default.
+// apply). A binary that cannot be started again goes on with libgomp's default. The CPU backend only: a CUDA
+// build's threads barely use OpenMP, and its tools (compute-sanitizer, Nsight) need not meet a restart.
 static const char* const OPENMP_SPIN_COUNT = "3000";
 static inline void openmp_short_spin(char** argv) {
-#ifdef _OPENMP
+#if defined(_OPENMP) && !defined(__CUDACC__)
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
     setenv("GOMP_SPINCOUNT", OPENMP_SPIN_COUNT, 1);
     execv("/proc/self/exe", argv);
