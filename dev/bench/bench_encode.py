@@ -25,19 +25,10 @@ sys.path.insert(0, os.path.join(REPO, "dev", "data"))
 sys.path.insert(0, os.path.join(REPO, "dev", "test"))
 import climbmix  # noqa: E402
 import test_encoder  # noqa: E402  (the corpus documents)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import cpu_model  # noqa: E402
 
 TOOL = os.path.join(REPO, "dev", "data", "bin", "tokenize")
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def cpp_ids(tokenizer, path):

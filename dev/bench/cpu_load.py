@@ -17,7 +17,6 @@ processes are Python loops. Run it on an otherwise quiet machine: other work cou
 """
 import argparse
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -25,20 +24,11 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import cpu_model  # noqa: E402
 BINARY = os.path.join(REPO, "train_gpt_cpu")
 QUICK_START = ["-d", "4", "-t", "256", "-b", "8", "-B", "4096", "--eval-every", "100000", "--core-every", "-1", "--sample-every", "-1"]
 WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def policy_env(policy):
