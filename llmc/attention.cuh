@@ -327,10 +327,10 @@ __device__ __forceinline__ uint32_t attn_pack_bf16(float lo, float hi) {
 // Block-wide: starts async copies of rows [0, ROWS) of a (ROWS, D) tile from global (row r at
 // src + r * stride) into shared memory (row stride D + ATT_PAD). Rows >= valid are zero-filled
 // instead: P is 0 there, but 0 * (uninitialised NaN bits) would still poison P V.
-template <int D, int ROWS>
+template <int D, int ROWS, int THREADS = ATT_THREADS>
 __device__ __forceinline__ void attn_load_tile(floatX* dst, const floatX* src, size_t stride, int valid) {
     constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
-    for (int c = threadIdx.x; c < ROWS * CHUNKS; c += ATT_THREADS) {
+    for (int c = threadIdx.x; c < ROWS * CHUNKS; c += THREADS) {
         const int r = c / CHUNKS, ch = c % CHUNKS;
         floatX* d = dst + r * (D + ATT_PAD) + ch * 8;
         if (r < valid) attn_cp_async_16(d, src + r * stride + ch * 8);
@@ -365,21 +365,21 @@ __device__ __forceinline__ void attn_store_rows(floatX* dst, size_t stride, cons
 // ---- forward ----
 
 // q (B, T, H, D), k, v (B, T, Hkv, D), rows `at` apart; y, z (B, T, H, D); lse (B, H, T). Grid
-// (ceil(T / 64), B H), 128 threads: the
+// (ceil(T / BQ), B H), 2 BQ threads: the
 // query tiles of one (b, h) are consecutive blocks, so the blocks resident at once share a few heads' K/V
 // in L2 (with (b, h) fastest they would touch every head's: ~256 MB at d24, 32 rows, against ~60 MB of L2).
-// A block owns 64 queries of one head (warp w the 16 rows 16w..16w+15) and walks the 64-key tiles that
-// intersect their window, [q0 - window, q0 + 63], with online softmax; K/V tiles are double-buffered with
-// cp.async so the next tile loads while this one is computed. The diagonal tile comes last, so when XSA
+// A block owns BQ (64 or 128) queries of one head (warp w the 16 rows 16w..16w+15) and walks the 64-key tiles
+// that intersect their window, [q0 - window, q0 + BQ - 1], with online softmax; K/V tiles are double-buffered
+// with cp.async so the next tile loads while this one is computed. The diagonal tiles come last, so when XSA
 // is on (z != nullptr) the token's own value rows are still in shared memory for the epilogue:
 // z = y - alpha_h (y.v / (v.v + eps)) v, computed from the bf16-rounded y (as the unfused op would);
-// alpha (H) is read only then.
-// Shared memory: Q (64, D + 8), K and V (2, 64, D + 8) bf16 = 45 KB (D = 64), 85 KB (D = 128).
-template <int D>
-__global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(
+// alpha (H) is read only then. MIN_BLOCKS: __launch_bounds__'s blocks per SM (the variants: attention_forward_variant).
+// Shared memory: Q (BQ, D + 8), K and V (2, 64, D + 8) bf16: BQ 64: 45 KB (D = 64), 85 KB (D = 128); BQ 128: 54 KB, 102 KB.
+template <int D, int BQ, int MIN_BLOCKS>
+__global__ void __launch_bounds__(BQ * 2, MIN_BLOCKS) attention_forward_kernel(
         floatX* z, floatX* y, float* lse, const floatX* q, const floatX* k, const floatX* v, QKVStrides strides, int T, int H,
         int Hkv, int window, float scale, const float* alpha) {
-    constexpr int BQ = ATT_TILE, BK = ATT_TILE, LD = D + ATT_PAD;
+    constexpr int BK = ATT_TILE, LD = D + ATT_PAD, THREADS = BQ * 2;  // a warp per 16 query rows
     extern __shared__ __align__(16) unsigned char attn_smem[];
     floatX* Qs = reinterpret_cast<floatX*>(attn_smem);  // (BQ, LD)
     floatX* Ks = Qs + BQ * LD;                           // (2, BK, LD)
@@ -394,11 +394,11 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(
     const floatX* vb = v + (size_t)b * T * kvstride + (size_t)kvh * D;
 
     // key tiles with a key in [q0 - window, q0 + BQ - 1]; tiles entirely outside the window are skipped.
-    // BQ == BK, so the last tile is the diagonal one, k0 == q0.
-    const int kt_lo = max(0, q0 - window) / BK, kt_hi = q0 / BK;
-    attn_load_tile<D, BQ>(Qs, qb + q0 * qstride, qstride, T - q0);
-    attn_load_tile<D, BK>(Ks, kb + (size_t)kt_lo * BK * kvstride, kvstride, T - kt_lo * BK);
-    attn_load_tile<D, BK>(Vs, vb + (size_t)kt_lo * BK * kvstride, kvstride, T - kt_lo * BK);
+    // The diagonal tiles (k0 in [q0, q0 + BQ - 1]: one, or two when BQ = 128) come last.
+    const int kt_lo = max(0, q0 - window) / BK, kt_hi = (q0 + BQ - 1) / BK;
+    attn_load_tile<D, BQ, THREADS>(Qs, qb + q0 * qstride, qstride, T - q0);
+    attn_load_tile<D, BK, THREADS>(Ks, kb + (size_t)kt_lo * BK * kvstride, kvstride, T - kt_lo * BK);
+    attn_load_tile<D, BK, THREADS>(Vs, vb + (size_t)kt_lo * BK * kvstride, kvstride, T - kt_lo * BK);
     attn_cp_async_commit();
 
     const float sl2 = scale * ATT_LOG2E;  // exp(scale s) = exp2(sl2 s)
@@ -414,8 +414,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(
         const int buf = (kt - kt_lo) & 1, k0 = kt * BK;
         if (kt < kt_hi) {  // prefetch the next tile into the other buffer (freed by the barrier ending the last iteration)
             const size_t off = (size_t)(k0 + BK) * kvstride;
-            attn_load_tile<D, BK>(Ks + (buf ^ 1) * BK * LD, kb + off, kvstride, T - k0 - BK);
-            attn_load_tile<D, BK>(Vs + (buf ^ 1) * BK * LD, vb + off, kvstride, T - k0 - BK);
+            attn_load_tile<D, BK, THREADS>(Ks + (buf ^ 1) * BK * LD, kb + off, kvstride, T - k0 - BK);
+            attn_load_tile<D, BK, THREADS>(Vs + (buf ^ 1) * BK * LD, vb + off, kvstride, T - k0 - BK);
             attn_cp_async_commit();
             attn_cp_async_wait<1>();  // this tile (and Q) landed; the prefetch may still be in flight
         } else {
@@ -521,9 +521,10 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_forward_kernel(
     floatX* yw = y + ((size_t)b * T * H + h) * D + (size_t)(q0 + warp * 16) * ystride;
     attn_store_rows<D>(yw, ystride, Ys, valid);
     if (z != nullptr) {
-        // XSA: one row at a time, lane holding D / 32 elements; the own value row of token i is row
-        // i - q0 of the diagonal tile, the last one loaded (buffer (kt_hi - kt_lo) & 1)
-        const floatX* Vd = Vs + ((kt_hi - kt_lo) & 1) * BK * LD + warp * 16 * LD;
+        // XSA: one row at a time, lane holding D / 32 elements; the own value row of token i is row i - k0 of
+        // the diagonal tile kt = i / BK, one of the last two loaded (buffer (kt - kt_lo) & 1), both still whole
+        const int kt_own = (q0 + warp * 16) / BK;
+        const floatX* Vd = Vs + ((kt_own - kt_lo) & 1) * BK * LD + (q0 + warp * 16 - kt_own * BK) * LD;
         floatX* zw = z + ((size_t)b * T * H + h) * D + (size_t)(q0 + warp * 16) * ystride;
         for (int r = 0; r < 16 && r < valid; r++) {
             float2 yy[D / 64], vv[D / 64];
@@ -928,7 +929,7 @@ static inline void attention_check_strides(QKVStrides strides) {
 // Dynamic shared memory of each kernel (bytes). What a block may have (cudaDevAttrMaxSharedMemoryPerBlockOptin):
 // 227 KB on sm_90 and sm_100, 163 KB on sm_80, 99 KB on sm_86, sm_89 and sm_120. At D = 128 the forward needs
 // 85 KB, dK/dV 68.5 KB, dq 102 KB with K/V double-buffered and 68 KB with one buffer; at D = 64 all are under 55 KB.
-static inline int attention_forward_smem(int D) { return 5 * ATT_TILE * (D + ATT_PAD) * (int)sizeof(floatX); }
+static inline int attention_forward_smem(int D, int bq) { return (bq + 4 * ATT_TILE) * (D + ATT_PAD) * (int)sizeof(floatX); }
 static inline int attention_dq_smem(int D, int kv_stages) { return (2 + 2 * kv_stages) * ATT_TILE * (D + ATT_PAD) * (int)sizeof(floatX); }
 static inline int attention_dkdv_smem(int D) {
     const int bq = D == 64 ? 64 : 32;
@@ -946,15 +947,57 @@ static inline void attention_check_smem(const char* kernel, int D, int bytes) {
              kernel, D, bytes);
 }
 
+// The forward kernel's variants, to be timed against each other on a GPU (dev/cuda/attention_check.cu, gpu_check's
+// timing_attention): 64 query rows and 4 warps per block (the kernel as first written); the same at
+// a launch bound of 128 threads and 4 blocks per SM, so that the compiler keeps to 4 resident blocks' registers; 128 rows and
+// 8 warps (each K/V tile loaded once for twice the rows). Every query row does the same arithmetic in each (a key
+// tile a 128-row block visits outside a warp's window is masked whole for it, which changes no bit: corr 1, p 0),
+// so they give the same bits and differ only in speed.
+enum AttentionForwardVariant { ATTN_FWD_64, ATTN_FWD_64_OCC4, ATTN_FWD_128, ATTN_FWD_VARIANTS };
+static const char* const ATTN_FWD_NAMES[ATTN_FWD_VARIANTS] = {"64 rows", "64 rows, 4 blocks/SM", "128 rows"};
+static inline int attention_forward_rows(AttentionForwardVariant v) { return v == ATTN_FWD_128 ? 128 : 64; }
+// Whether variant v runs at head_dim D on this GPU: its shared memory fits, and 4 blocks per SM only at D = 64 (at
+// D = 128 four blocks of 85 KB exceed every GPU's shared memory per SM: the bound would only cost registers)
+static inline bool attention_forward_available(int D, AttentionForwardVariant v) {
+    return (size_t)attention_forward_smem(D, attention_forward_rows(v)) <= g_cuda.shared_per_block_optin && !(v == ATTN_FWD_64_OCC4 && D != 64);
+}
+
+// Which variant a GPU runs: the fastest measured on it (dev/gpu_results.md), by compute capability (major) and
+// head_dim, the first row that matches; 0 matches any. No GPU has timed the variants yet, so the table holds only
+// its catch-all row: the kernel as first written, everywhere. XSA_ATTN_FORWARD=0|1|2 picks one on every GPU (for
+// timing). A variant not available here (attention_forward_available) falls back to ATTN_FWD_64.
+struct AttentionForwardChoice {
+    int cc_major, head_dim;
+    AttentionForwardVariant variant;
+};
+static const AttentionForwardChoice ATTN_FWD_CHOICES[] = {{0, 0, ATTN_FWD_64}};
+static inline AttentionForwardVariant attention_forward_variant(int D) {
+    AttentionForwardVariant v = ATTN_FWD_64;
+    if (const char* env = getenv("XSA_ATTN_FORWARD")) {
+        const int i = parse_int32("XSA_ATTN_FORWARD", env);
+        if (i < 0 || i >= ATTN_FWD_VARIANTS) fail("XSA_ATTN_FORWARD=%d: the forward variants are 0 to %d", i, ATTN_FWD_VARIANTS - 1);
+        v = (AttentionForwardVariant)i;
+    } else {
+        for (const AttentionForwardChoice& c : ATTN_FWD_CHOICES)
+            if ((c.cc_major == 0 || c.cc_major == g_cuda.cc_major) && (c.head_dim == 0 || c.head_dim == D)) {
+                v = c.variant;
+                break;
+            }
+    }
+    return attention_forward_available(D, v) ? v : ATTN_FWD_64;
+}
+
 // What the attention kernels of head_dim D take on this GPU, for the start-up lines; stops if one does not fit
 static inline std::string attention_kernel_plan(int D) {
-    const int fwd = attention_forward_smem(D), stages = attention_dq_stages(D), dq = attention_dq_smem(D, stages), dkdv = attention_dkdv_smem(D);
+    const AttentionForwardVariant variant = attention_forward_variant(D);
+    const int fwd = attention_forward_smem(D, attention_forward_rows(variant)), stages = attention_dq_stages(D);
+    const int dq = attention_dq_smem(D, stages), dkdv = attention_dkdv_smem(D);
     attention_check_smem("forward", D, fwd);
     attention_check_smem("dq", D, dq);
     attention_check_smem("dK/dV", D, dkdv);
     char s[256];
-    snprintf(s, sizeof s, "attention kernels (head_dim %d): shared memory per block forward %d, dq %d (K/V %s), dK/dV %d bytes, of %zu",
-             D, fwd, dq, stages == 2 ? "double-buffered" : "single-buffered", dkdv, g_cuda.shared_per_block_optin);
+    snprintf(s, sizeof s, "attention kernels (head_dim %d): shared memory per block forward %d (%s), dq %d (K/V %s), dK/dV %d bytes, of %zu",
+             D, fwd, ATTN_FWD_NAMES[variant], dq, stages == 2 ? "double-buffered" : "single-buffered", dkdv, g_cuda.shared_per_block_optin);
     return s;
 }
 
@@ -991,23 +1034,34 @@ static inline size_t attention_backward_scratch_floats(int B, int T, int H, int 
     return attention_backward_scratch((size_t)B * T, H, Hkv, D, xsa ? ATTN_BWD_XSA_FUSED : ATTN_BWD_PLAIN).floats;
 }
 
-// forward: y (B, T, H, D), lse (B, H, T); z (B, T, H, D) = XSA of y when z != nullptr
-template <int D>
-static void attention_forward_launch(floatX* z, floatX* y, float* lse, const floatX* q, const floatX* k,
-                                     const floatX* v, QKVStrides strides, int B, int T, int H, int Hkv, int window, const float* alpha,
-                                     cudaStream_t stream) {
+// forward: y (B, T, H, D), lse (B, H, T); z (B, T, H, D) = XSA of y when z != nullptr; with forward variant
+// (BQ, MIN_BLOCKS) (attention_forward_variant)
+template <int D, int BQ, int MIN_BLOCKS>
+static void attention_forward_launch_variant(floatX* z, floatX* y, float* lse, const floatX* q, const floatX* k, const floatX* v,
+                                             QKVStrides strides, int B, int T, int H, int Hkv, int window, const float* alpha,
+                                             cudaStream_t stream) {
     attention_check_strides(strides);
-    const int smem = attention_forward_smem(D);
+    const int smem = attention_forward_smem(D, BQ);
     static bool once = [&] {  // > 48 KB of dynamic shared memory must be opted into, once per kernel
         attention_check_smem("forward", D, smem);
-        cudaCheck(cudaFuncSetAttribute(attention_forward_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        cudaCheck(cudaFuncSetAttribute(attention_forward_kernel<D, BQ, MIN_BLOCKS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         return true;
     }();
     (void)once;
-    const dim3 grid(ceil_div(T, ATT_TILE), B * H);
-    attention_forward_kernel<D><<<grid, ATT_THREADS, smem, stream>>>(z, y, lse, q, k, v, strides, T, H, Hkv, window,
-                                                                     1.0f / sqrtf((float)D), alpha);
+    const dim3 grid(ceil_div(T, BQ), B * H);
+    attention_forward_kernel<D, BQ, MIN_BLOCKS><<<grid, BQ * 2, smem, stream>>>(z, y, lse, q, k, v, strides, T, H, Hkv, window,
+                                                                              1.0f / sqrtf((float)D), alpha);
     cudaCheckLaunch();
+}
+
+template <int D>
+static void attention_forward_launch(floatX* z, floatX* y, float* lse, const floatX* q, const floatX* k, const floatX* v,
+                                     QKVStrides strides, int B, int T, int H, int Hkv, int window, const float* alpha,
+                                     cudaStream_t stream, AttentionForwardVariant variant) {
+    if (variant == ATTN_FWD_128) attention_forward_launch_variant<D, 128, 1>(z, y, lse, q, k, v, strides, B, T, H, Hkv, window, alpha, stream);
+    else if (variant == ATTN_FWD_64_OCC4 && D == 64)  // (not instantiated at D = 128: attention_forward_available)
+        attention_forward_launch_variant<D, 64, D == 64 ? 4 : 1>(z, y, lse, q, k, v, strides, B, T, H, Hkv, window, alpha, stream);
+    else attention_forward_launch_variant<D, 64, 1>(z, y, lse, q, k, v, strides, B, T, H, Hkv, window, alpha, stream);
 }
 
 // backward given dy (B, T, H, D) and delta (B, H, T): dq, dk, dv =
@@ -1042,25 +1096,34 @@ static void attention_backward_launch(floatX* dq, floatX* dk, floatX* dv, const 
     cudaCheckLaunch();
 }
 
+// The variant this GPU runs at head_dim D (attention_forward_variant, looked up once), unless `variant` names one
+static inline AttentionForwardVariant attention_forward_variant_for(int D, AttentionForwardVariant variant) {
+    static const AttentionForwardVariant chosen[2] = {attention_forward_variant(64), attention_forward_variant(128)};
+    return variant != ATTN_FWD_VARIANTS ? variant : chosen[D == 128];
+}
+
 // q (B, T, H, D), k, v (B, T, Hkv, D), rows `at` apart; y (B, T, H, D); lse (B, H, T). Pointers and strides
-// 16-byte aligned.
+// 16-byte aligned. variant: the forward kernel's (ATTN_FWD_VARIANTS: this GPU's; attention_check times each).
 static inline void attention_forward_cuda(floatX* y, float* lse, const floatX* q, const floatX* k, const floatX* v, QKVStrides strides,
-                                          int B, int T, int H, int Hkv, int D, int window, cudaStream_t stream) {
+                                          int B, int T, int H, int Hkv, int D, int window, cudaStream_t stream,
+                                          AttentionForwardVariant variant = ATTN_FWD_VARIANTS) {
     attention_check_shape(B, T, H, Hkv, D, window, "attention_forward_cuda");
     window = std::min(window, T);  // a window past T changes nothing, and keeps k0 + window from overflowing
-    if (D == 64) attention_forward_launch<64>(nullptr, y, lse, q, k, v, strides, B, T, H, Hkv, window, nullptr, stream);
-    else attention_forward_launch<128>(nullptr, y, lse, q, k, v, strides, B, T, H, Hkv, window, nullptr, stream);
+    variant = attention_forward_variant_for(D, variant);
+    if (D == 64) attention_forward_launch<64>(nullptr, y, lse, q, k, v, strides, B, T, H, Hkv, window, nullptr, stream, variant);
+    else attention_forward_launch<128>(nullptr, y, lse, q, k, v, strides, B, T, H, Hkv, window, nullptr, stream, variant);
 }
 
 // as attention_forward_cuda, plus z (B, T, H, D) = y - alpha proj_v(y) with the token's own v (y kept);
 // alpha (H) in device memory
 static inline void attention_forward_xsa_cuda(floatX* z, floatX* y, float* lse, const floatX* q, const floatX* k,
                                               const floatX* v, QKVStrides strides, int B, int T, int H, int Hkv, int D, int window,
-                                              const float* alpha, cudaStream_t stream) {
+                                              const float* alpha, cudaStream_t stream, AttentionForwardVariant variant = ATTN_FWD_VARIANTS) {
     attention_check_shape(B, T, H, Hkv, D, window, "attention_forward_xsa_cuda");
     window = std::min(window, T);
-    if (D == 64) attention_forward_launch<64>(z, y, lse, q, k, v, strides, B, T, H, Hkv, window, alpha, stream);
-    else attention_forward_launch<128>(z, y, lse, q, k, v, strides, B, T, H, Hkv, window, alpha, stream);
+    variant = attention_forward_variant_for(D, variant);
+    if (D == 64) attention_forward_launch<64>(z, y, lse, q, k, v, strides, B, T, H, Hkv, window, alpha, stream, variant);
+    else attention_forward_launch<128>(z, y, lse, q, k, v, strides, B, T, H, Hkv, window, alpha, stream, variant);
 }
 
 // Generation: y (B, H, D) from q (B, H, D; rows q_stride apart) at positions pos (B, device) over k_cache, v_cache

@@ -187,6 +187,31 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
     y2.poison(st), lse2.poison(st);
     attention_forward_cuda(y2.p, lse2.p, q.p, k.p, v.p, sep, B, T, H, Hkv, D, W, st);
     check_bits("forward deterministic (y, lse)", same_bits(y, y2) && same_bits(lse, lse2));
+    // every forward variant (attention_forward_variant) gives the bits of the one this GPU runs, plain and with XSA
+    // (alpha differing per head: the own value rows of a 128-row block come from either diagonal tile)
+    {
+        std::vector<float> ramp(H);
+        for (int h = 0; h < H; h++) ramp[h] = 0.3f + 0.6f * h / std::max(H - 1, 1);
+        Buf<float> ramp_dev(H);
+        cudaCheck(cudaMemcpy(ramp_dev.p, ramp.data(), H * sizeof(float), cudaMemcpyHostToDevice));
+        z.poison(st), y2.poison(st), lse2.poison(st);
+        attention_forward_xsa_cuda(z.p, y2.p, lse2.p, q.p, k.p, v.p, sep, B, T, H, Hkv, D, W, ramp_dev.p, st);
+        for (int vi = 0; vi < ATTN_FWD_VARIANTS; vi++) {
+            const AttentionForwardVariant var = (AttentionForwardVariant)vi;
+            if (!attention_forward_available(D, var)) {
+                printf("(forward variant %s: not at head_dim %d on this GPU, %zu bytes of shared memory per block)\n", ATTN_FWD_NAMES[vi], D,
+                       g_cuda.shared_per_block_optin);
+                continue;
+            }
+            Buf<floatX> yv(nq), zv(nq), yz(nq);
+            Buf<float> lv(nl), lz(nl);
+            yv.poison(st), lv.poison(st), zv.poison(st), yz.poison(st), lz.poison(st);
+            attention_forward_cuda(yv.p, lv.p, q.p, k.p, v.p, sep, B, T, H, Hkv, D, W, st, var);
+            attention_forward_xsa_cuda(zv.p, yz.p, lz.p, q.p, k.p, v.p, sep, B, T, H, Hkv, D, W, ramp_dev.p, st, var);
+            check_bits(NAME("forward variant %s = as used here (y, lse; xsa z, y, lse)", ATTN_FWD_NAMES[vi]),
+                       same_bits(y, yv) && same_bits(lse, lv) && same_bits(z, zv) && same_bits(y2, yz) && same_bits(lse2, lz));
+        }
+    }
 
     // plain backward, with the GPU's y and lse (as training would); the CPU twin accumulates: zeros first
     const std::vector<float> gy = download(y), glse = download(lse);
@@ -622,6 +647,14 @@ static void time_shape(const Shape& s, Rng* rng, cudaStream_t st, Buf<unsigned c
         rows.push_back(r);
     };
     add("forward", time_median([&] { attention_forward_cuda(y.p, lse.p, q, k, v, at, B, T, H, Hkv, D, W, st); }, flush, st), fwd_flop, true);
+    for (int vi = 0; vi < ATTN_FWD_VARIANTS; vi++) {  // each forward variant: the fastest goes into ATTN_FWD_CHOICES
+        const AttentionForwardVariant var = (AttentionForwardVariant)vi;
+        if (!attention_forward_available(D, var)) continue;
+        char op[32];
+        snprintf(op, sizeof op, "fwd xsa %s", ATTN_FWD_NAMES[vi]);
+        add(op, time_median([&] { attention_forward_xsa_cuda(z.p, y.p, lse.p, q, k, v, at, B, T, H, Hkv, D, W, alpha.p, st, var); }, flush, st),
+            fwd_flop, true);
+    }
     add("forward xsa", time_median([&] { attention_forward_xsa_cuda(z.p, y.p, lse.p, q, k, v, at, B, T, H, Hkv, D, W, alpha.p, st); }, flush, st), fwd_flop, true);
     add("backward", time_median([&] { attention_backward_cuda(dq, dk, dv, dz.p, q, k, v, at, y.p, lse.p, B, T, H, Hkv, D, W, scratch.p, st); }, flush, st), bwd_flop, true);
     add("backward xsa", time_median([&] { attention_backward_xsa_cuda(dq, dk, dv, dz.p, q, k, v, at, y.p, lse.p, B, T, H, Hkv, D, W, alpha.p, nullptr, scratch.p, st); }, flush, st), bwd_flop, true);

@@ -97,7 +97,7 @@ def main():
                 continue
             s = SMEM[D]
             dq = s['dq2'] if (double or D == 64) else s['dq1']
-            want = 'forward %d, dq %d (K/V %s), dK/dV %d bytes' % (s['forward'], dq, 'double-buffered' if dq == s['dq2'] else 'single-buffered', s['dkdv'])
+            want = 'forward %d (64 rows), dq %d (K/V %s), dK/dV %d bytes' % (s['forward'], dq, 'double-buffered' if dq == s['dq2'] else 'single-buffered', s['dkdv'])
             check(want in kern, '%s %s: attention kernels %s' % (card, model, want), '' if want in kern else kern or 'no kernel line')
             if mib > 0.85 * free:  # only where even one row does not fit: then a run stops before allocating
                 ok = rows == 1
