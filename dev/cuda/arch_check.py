@@ -18,6 +18,7 @@ for the GPU present, and the emulator's device profiles test that (dev/cuda/emu/
 Ends with "N passed, N failed"; exit code 1 on any failure. Standard library only.
 """
 import argparse
+import concurrent.futures
 import os
 import re
 import subprocess
@@ -97,8 +98,10 @@ def main():
         print('%s  %s%s' % ('PASS' if ok else 'FAIL', what, (': ' + detail) if detail else ''), flush=True)
         passed, failed = passed + ok, failed + (not ok)
 
-    for arch in a.archs:
-        ok, log, ptx, seconds = compile_arch(a.nvcc, arch, a.out)
+    # the architectures compile side by side, one per core (each nvcc is one process); they are read in order
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        compiled = list(pool.map(lambda arch: compile_arch(a.nvcc, arch, a.out), a.archs))
+    for arch, (ok, log, ptx, seconds) in zip(a.archs, compiled):
         check(ok, 'sm_%s: train_gpt.cu device code compiles' % arch, '' if ok else '\n' + log[-4000:])
         if not ok:
             continue
