@@ -741,6 +741,9 @@ static inline void matmul_lt(void* D, bool d_fp32, const void* C, const floatX* 
     if (made) matmul_choose(&plan, key, D, C, A, B, alpha, beta, ((size_t)(batch - 1) * strideCD + (size_t)M * N) * d_bytes, stream);
     g_matmul.last = &plan;
     if (plan.fallback) {
+        if (ceil_div(M, MATMUL_FALLBACK_TILE) > 65535 || batch > 65535)  // the grid's y and z limits
+            fail("matmul: cuBLASLt offers no deterministic algorithm for M=%d N=%d K=%d batch=%d, and the fallback kernel takes at most "
+                 "%d rows and 65535 matrices", M, N, K, batch, 65535 * MATMUL_FALLBACK_TILE);
         const dim3 grid(ceil_div(N, MATMUL_FALLBACK_TILE), ceil_div(M, MATMUL_FALLBACK_TILE), batch);
         const int threads = MATMUL_FALLBACK_TILE * MATMUL_FALLBACK_TILE;
         if (d_fp32)
