@@ -249,7 +249,8 @@ static inline void attention_backward_cpu(float* dq, float* dk, float* dv, const
 // CUDA backend: flash-attention style kernels (FA2's structure) on the tensor cores, with the XSA
 // epilogue and preprocessing fused in.
 //
-// Tiles. A block is 4 warps (128 threads). Every tile is 64 rows (queries or keys) of D bf16 in shared
+// Tiles. A block is 4 warps (128 threads), or 8 in the variants of 128 rows (attention_forward_variant,
+// attention_backward_variant). Every tile is 64 rows (queries or keys) of D bf16 in shared
 // memory, each row padded by 8 elements (16 bytes) so that the 8 row addresses of an ldmatrix phase fall
 // in 8 different 16-byte bank groups (row stride 144 or 272 bytes, both = 16 mod 128). A warp owns 16
 // rows of its block's tile and computes 16 x 64 score tiles with mma.sync m16n8k16 (bf16 in, fp32
@@ -280,7 +281,6 @@ static inline void attention_backward_cpu(float* dq, float* dk, float* dv, const
 
 #define ATT_TILE 64     // rows of every query and key tile but the dK/dV kernel's query tile at D = 128
 #define ATT_PAD 8       // bf16 elements of padding per shared-memory row
-#define ATT_THREADS 128 // 4 warps, 16 tile rows each
 static const float ATT_LOG2E = 1.4426950408889634f;
 
 // ---- inline PTX: 16-byte async copies, ldmatrix, mma.sync (sm_80+, fine on sm_90) ----
@@ -327,7 +327,7 @@ __device__ __forceinline__ uint32_t attn_pack_bf16(float lo, float hi) {
 // Block-wide: starts async copies of rows [0, ROWS) of a (ROWS, D) tile from global (row r at
 // src + r * stride) into shared memory (row stride D + ATT_PAD). Rows >= valid are zero-filled
 // instead: P is 0 there, but 0 * (uninitialised NaN bits) would still poison P V.
-template <int D, int ROWS, int THREADS = ATT_THREADS>
+template <int D, int ROWS, int THREADS>
 __device__ __forceinline__ void attn_load_tile(floatX* dst, const floatX* src, size_t stride, int valid) {
     constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
     for (int c = threadIdx.x; c < ROWS * CHUNKS; c += THREADS) {
@@ -359,6 +359,37 @@ __device__ __forceinline__ void attn_store_rows(floatX* dst, size_t stride, cons
     for (int c = threadIdx.x % 32; c < 16 * CHUNKS; c += 32) {
         const int r = c / CHUNKS, ch = c % CHUNKS;
         if (r < valid) *reinterpret_cast<uint4*>(dst + r * stride + ch * 8) = *reinterpret_cast<const uint4*>(s + r * (D + ATT_PAD) + ch * 8);
+    }
+}
+
+// One warp: the two 16 x N score tiles of a backward step, s = A1 B1^T and t = A2 B2^T over D, fp32. A1, A2: the
+// warp's 16 rows; B1, B2: N rows (all bf16 in shared memory, row stride D + ATT_PAD). dq: (Q, K; dY, V); dK/dV:
+// (K, Q; V, dY), the transposed tiles.
+template <int D, int N>
+__device__ __forceinline__ void attn_score_tiles(float (&s)[N / 8][4], float (&t)[N / 8][4], const floatX* a1, const floatX* b1,
+                                                 const floatX* a2, const floatX* b2) {
+    constexpr int LD = D + ATT_PAD;
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int nt = 0; nt < N / 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) s[nt][e] = t[nt][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++) {
+        uint32_t fa1[4], fa2[4];
+        attn_ldmatrix_x4(fa1, a1 + (lane % 16) * LD + ks * 16 + (lane / 16) * 8);
+        attn_ldmatrix_x4(fa2, a2 + (lane % 16) * LD + ks * 16 + (lane / 16) * 8);
+#pragma unroll
+        for (int np = 0; np < N / 16; np++) {
+            const int off = (np * 16 + (lane / 16) * 8 + lane % 8) * LD + ks * 16 + ((lane / 8) % 2) * 8;
+            uint32_t fb1[4], fb2[4];
+            attn_ldmatrix_x4(fb1, b1 + off);
+            attn_ldmatrix_x4(fb2, b2 + off);
+            attn_mma(s[2 * np], fa1, fb1[0], fb1[1]);
+            attn_mma(s[2 * np + 1], fa1, fb1[2], fb1[3]);
+            attn_mma(t[2 * np], fa2, fb2[0], fb2[1]);
+            attn_mma(t[2 * np + 1], fa2, fb2[2], fb2[3]);
+        }
     }
 }
 
@@ -567,19 +598,20 @@ __global__ void __launch_bounds__(XSA_THREADS) attention_delta_kernel(float* del
 
 // dq (B, T, H, D) = scale sum_j dS_ij k_j with dS = P (dy v^T - delta), P recomputed from lse; q, dq rows
 // at.q apart, k, v at.kv; dy (B, T, H, D).
-// Grid (ceil(T / 64), B H), 128 threads (the tiles of one head consecutive, as in the forward); a block
-// owns the dq rows of 64 queries of one head and walks the same key tiles as the forward. Warp w: query rows
-// 16w..16w+15; its Q and dY A fragments are re-read from shared memory per k-step (holding them would cost 64
-// more registers at D = 128).
+// Grid (ceil(T / BQ), B H), 2 BQ threads (the tiles of one head consecutive, as in the forward); a block
+// owns the dq rows of BQ (64 or 128: attention_backward_variant) queries of one head and walks the same key
+// tiles as the forward. Warp w: query rows 16w..16w+15; it skips a key tile wholly outside its rows' windows
+// (all its P would be 0). Its Q and dY A fragments are re-read from shared memory per k-step (holding them
+// would cost 64 more registers at D = 128).
 // KV_STAGES 2: K/V double-buffered (the next tile loads while this one is used); 1: one buffer, loaded after
 // the previous tile is done with (slower, same arithmetic, so the same dq bit for bit), for GPUs whose block
 // cannot have 102 KB of shared memory (sm_86, sm_89, sm_120: 99 KB).
-// Shared memory: Q, dY (64, D + 8), K, V (KV_STAGES, 64, D + 8) bf16: attention_dq_smem.
-template <int D, int KV_STAGES>
-__global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_kernel(
+// Shared memory: Q, dY (BQ, D + 8), K, V (KV_STAGES, 64, D + 8) bf16: attention_dq_smem.
+template <int D, int BQ, int KV_STAGES>
+__global__ void __launch_bounds__(BQ * 2) attention_backward_dq_kernel(
         floatX* dq, const floatX* dy, const floatX* q, const floatX* k, const floatX* v, const float* lse,
         const float* delta, QKVStrides strides, int T, int H, int Hkv, int window, float scale) {
-    constexpr int BQ = ATT_TILE, BK = ATT_TILE, LD = D + ATT_PAD;
+    constexpr int BK = ATT_TILE, LD = D + ATT_PAD, THREADS = BQ * 2;  // a warp per 16 query rows
     extern __shared__ __align__(16) unsigned char attn_smem[];
     floatX* Qs = reinterpret_cast<floatX*>(attn_smem);  // (BQ, LD)
     floatX* dYs = Qs + BQ * LD;                          // (BQ, LD)
@@ -595,11 +627,11 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_kernel(
     const floatX* kb = k + (size_t)b * T * kvstride + (size_t)kvh * D;
     const floatX* vb = v + (size_t)b * T * kvstride + (size_t)kvh * D;
 
-    const int kt_lo = max(0, q0 - window) / BK, kt_hi = q0 / BK;
-    attn_load_tile<D, BQ>(Qs, q + qoff + q0 * qstride, qstride, T - q0);
-    attn_load_tile<D, BQ>(dYs, dy + yoff + q0 * ystride, ystride, T - q0);
-    attn_load_tile<D, BK>(Ks, kb + (size_t)kt_lo * BK * kvstride, kvstride, T - kt_lo * BK);
-    attn_load_tile<D, BK>(Vs, vb + (size_t)kt_lo * BK * kvstride, kvstride, T - kt_lo * BK);
+    const int kt_lo = max(0, q0 - window) / BK, kt_hi = (q0 + BQ - 1) / BK;
+    attn_load_tile<D, BQ, THREADS>(Qs, q + qoff + q0 * qstride, qstride, T - q0);
+    attn_load_tile<D, BQ, THREADS>(dYs, dy + yoff + q0 * ystride, ystride, T - q0);
+    attn_load_tile<D, BK, THREADS>(Ks, kb + (size_t)kt_lo * BK * kvstride, kvstride, T - kt_lo * BK);
+    attn_load_tile<D, BK, THREADS>(Vs, vb + (size_t)kt_lo * BK * kvstride, kvstride, T - kt_lo * BK);
     attn_cp_async_commit();
 
     const float sl2 = scale * ATT_LOG2E;
@@ -621,13 +653,13 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_kernel(
         const int buf = KV_STAGES == 2 ? (kt - kt_lo) & 1 : 0, k0 = kt * BK;
         if (KV_STAGES == 2 && kt < kt_hi) {  // prefetch the next tile into the other buffer
             const size_t off = (size_t)(k0 + BK) * kvstride;
-            attn_load_tile<D, BK>(Ks + (buf ^ 1) * BK * LD, kb + off, kvstride, T - k0 - BK);
-            attn_load_tile<D, BK>(Vs + (buf ^ 1) * BK * LD, vb + off, kvstride, T - k0 - BK);
+            attn_load_tile<D, BK, THREADS>(Ks + (buf ^ 1) * BK * LD, kb + off, kvstride, T - k0 - BK);
+            attn_load_tile<D, BK, THREADS>(Vs + (buf ^ 1) * BK * LD, vb + off, kvstride, T - k0 - BK);
             attn_cp_async_commit();
             attn_cp_async_wait<1>();
         } else if (KV_STAGES == 1 && kt > kt_lo) {  // this tile into the one buffer (the loop's last barrier freed it)
-            attn_load_tile<D, BK>(Ks, kb + (size_t)k0 * kvstride, kvstride, T - k0);
-            attn_load_tile<D, BK>(Vs, vb + (size_t)k0 * kvstride, kvstride, T - k0);
+            attn_load_tile<D, BK, THREADS>(Ks, kb + (size_t)k0 * kvstride, kvstride, T - k0);
+            attn_load_tile<D, BK, THREADS>(Vs, vb + (size_t)k0 * kvstride, kvstride, T - k0);
             attn_cp_async_commit();
             attn_cp_async_wait<0>();
         } else {
@@ -636,54 +668,36 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_kernel(
         __syncthreads();
         const floatX* Kt = Ks + buf * BK * LD;
         const floatX* Vt = Vs + buf * BK * LD;
-
-        // s = Q K^T and dp = dY V^T (16 x 64 each)
-        float s[BK / 8][4], dp[BK / 8][4];
-#pragma unroll
-        for (int nt = 0; nt < BK / 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.0f;
-#pragma unroll
-        for (int ks = 0; ks < D / 16; ks++) {
-            uint32_t qa[4], da[4];
-            attn_ldmatrix_x4(qa, Qw + (lane % 16) * LD + ks * 16 + (lane / 16) * 8);
-            attn_ldmatrix_x4(da, dYw + (lane % 16) * LD + ks * 16 + (lane / 16) * 8);
-#pragma unroll
-            for (int np = 0; np < BK / 16; np++) {
-                const int off = (np * 16 + (lane / 16) * 8 + lane % 8) * LD + ks * 16 + ((lane / 8) % 2) * 8;
-                uint32_t kf[4], vf[4];
-                attn_ldmatrix_x4(kf, Kt + off);
-                attn_ldmatrix_x4(vf, Vt + off);
-                attn_mma(s[2 * np], qa, kf[0], kf[1]);
-                attn_mma(s[2 * np + 1], qa, kf[2], kf[3]);
-                attn_mma(dp[2 * np], da, vf[0], vf[1]);
-                attn_mma(dp[2 * np + 1], da, vf[2], vf[3]);
-            }
-        }
-        // dS = P (dP - delta), P = exp(scale s - lse), 0 outside the window (kept in s)
+        // the warp's rows [wr0, wr0 + 15] see keys [wr0 - window, wr0 + 15]: a tile outside adds only zeros
         const int wr0 = q0 + warp * 16;
-        const bool need_mask = k0 + BK - 1 > wr0 || k0 < wr0 + 15 - window;
+        if (k0 <= wr0 + 15 && k0 + BK - 1 >= wr0 - window) {
+            // s = Q K^T and dp = dY V^T (16 x 64 each)
+            float s[BK / 8][4], dp[BK / 8][4];
+            attn_score_tiles<D, BK>(s, dp, Qw, Kt, dYw, Vt);
+            // dS = P (dP - delta), P = exp(scale s - lse), 0 outside the window (kept in s)
+            const bool need_mask = k0 + BK - 1 > wr0 || k0 < wr0 + 15 - window;
 #pragma unroll
-        for (int nt = 0; nt < BK / 8; nt++)
+            for (int nt = 0; nt < BK / 8; nt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int i = row0 + (e / 2) * 8, j = k0 + nt * 8 + 2 * c + e % 2;
-                const bool masked = need_mask && (j > i || j < i - window);
-                const float p = masked ? 0.0f : exp2f(fmaf(s[nt][e], sl2, -lse2[e / 2]));
-                s[nt][e] = p * (dp[nt][e] - dlt[e / 2]);
-            }
-        // acc (16 x D) += dS (16 x 64, bf16) K (64 x D)
+                for (int e = 0; e < 4; e++) {
+                    const int i = row0 + (e / 2) * 8, j = k0 + nt * 8 + 2 * c + e % 2;
+                    const bool masked = need_mask && (j > i || j < i - window);
+                    const float p = masked ? 0.0f : exp2f(fmaf(s[nt][e], sl2, -lse2[e / 2]));
+                    s[nt][e] = p * (dp[nt][e] - dlt[e / 2]);
+                }
+            // acc (16 x D) += dS (16 x 64, bf16) K (64 x D)
 #pragma unroll
-        for (int kk = 0; kk < BK / 16; kk++) {
-            const uint32_t sa[4] = {attn_pack_bf16(s[2 * kk][0], s[2 * kk][1]), attn_pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                                    attn_pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                    attn_pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            for (int kk = 0; kk < BK / 16; kk++) {
+                const uint32_t sa[4] = {attn_pack_bf16(s[2 * kk][0], s[2 * kk][1]), attn_pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                                        attn_pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                        attn_pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
-            for (int dp2 = 0; dp2 < D / 16; dp2++) {
-                uint32_t kf[4];
-                attn_ldmatrix_x4_trans(kf, Kt + (kk * 16 + lane % 16) * LD + dp2 * 16 + (lane / 16) * 8);
-                attn_mma(acc[2 * dp2], sa, kf[0], kf[1]);
-                attn_mma(acc[2 * dp2 + 1], sa, kf[2], kf[3]);
+                for (int dp2 = 0; dp2 < D / 16; dp2++) {
+                    uint32_t kf[4];
+                    attn_ldmatrix_x4_trans(kf, Kt + (kk * 16 + lane % 16) * LD + dp2 * 16 + (lane / 16) * 8);
+                    attn_mma(acc[2 * dp2], sa, kf[0], kf[1]);
+                    attn_mma(acc[2 * dp2 + 1], sa, kf[2], kf[3]);
+                }
             }
         }
         __syncthreads();
@@ -698,20 +712,21 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_kernel(
 
 // dk (B, T, Hkv, D) = scale sum_{h in group, i} dS_ij q_i;  dv = sum_{h, i} P_ij dy_i (+ dv_extra, fp32
 // (B, T, Hkv, D), when XSA is fused: its self-position term); q rows at.q apart, k, v, dk, dv at.kv; dy
-// (B, T, H, D). Grid (ceil(T / 64), B Hkv), 128 threads.
-// A block owns 64 keys of one kv head (warp w: keys 16w..16w+15) and visits, in a fixed order, every query
-// head of the group and every query tile of BQ rows that sees those keys ([k0, k0 + 63 + window]):
-// s^T = K Q^T, dp^T = V dY^T (keys x queries), P^T from lse, dS^T = P^T (dp^T - delta); dv += P^T dY,
-// dk += dS^T Q. Q, dY, lse and delta are double-buffered. BQ = 32 at D = 128 keeps the two 16 x D fp32
-// accumulators plus both score tiles within the register file (64 + 64 + 16 + 16 per thread).
-// Shared memory: K, V (64, D + 8), Q, dY (2, BQ, D + 8) bf16, lse, delta (2, BQ) fp32 = 55 KB (D = 64),
-// 69 KB (D = 128).
-template <int D>
-__global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_kernel(
+// (B, T, H, D). Grid (ceil(T / BK), B Hkv), 2 BK threads.
+// A block owns BK (64 or 128: attention_backward_variant) keys of one kv head (warp w: keys 16w..16w+15) and
+// visits, in a fixed order, every query head of the group and every query tile of BQ rows that sees those
+// keys ([k0, k0 + BK - 1 + window]): s^T = K Q^T, dp^T = V dY^T (keys x queries), P^T from lse, dS^T = P^T
+// (dp^T - delta); dv += P^T dY, dk += dS^T Q. A warp skips a query tile none of whose queries sees its keys
+// (all its P would be 0), so each key adds the same nonzero terms in the same order whatever BK is. Q, dY,
+// lse and delta are double-buffered. BQ = 32 at D = 128 keeps the two 16 x D fp32 accumulators plus both
+// score tiles within the register file (64 + 64 + 16 + 16 per thread).
+// Shared memory: K, V (BK, D + 8), Q, dY (2, BQ, D + 8) bf16, lse, delta (2, BQ) fp32: attention_dkdv_smem.
+template <int D, int BK>
+__global__ void __launch_bounds__(BK * 2) attention_backward_dkdv_kernel(
         floatX* dk, floatX* dv, const floatX* dy, const floatX* q, const floatX* k, const floatX* v,
         const float* lse, const float* delta, const float* dv_extra, QKVStrides strides, int T, int H, int Hkv, int window,
         float scale) {
-    constexpr int BK = ATT_TILE, BQ = D == 64 ? 64 : 32, LD = D + ATT_PAD;
+    constexpr int BQ = D == 64 ? 64 : 32, LD = D + ATT_PAD, THREADS = BK * 2;  // a warp per 16 keys
     extern __shared__ __align__(16) unsigned char attn_smem[];
     floatX* Ks = reinterpret_cast<floatX*>(attn_smem);  // (BK, LD)
     floatX* Vs = Ks + BK * LD;                           // (BK, LD)
@@ -732,21 +747,21 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_kernel(
     auto load_iter = [&](int it, int buf) {
         const int h = kvh * group + it / nq, i0 = (qt_lo + it % nq) * BQ;
         const size_t qoff = ((size_t)b * T + i0) * qstride + (size_t)h * D, yoff = ((size_t)b * T + i0) * ystride + (size_t)h * D;
-        attn_load_tile<D, BQ>(Qs + buf * BQ * LD, q + qoff, qstride, T - i0);
-        attn_load_tile<D, BQ>(dYs + buf * BQ * LD, dy + yoff, ystride, T - i0);
-        for (int r = threadIdx.x; r < BQ; r += ATT_THREADS) {
+        attn_load_tile<D, BQ, THREADS>(Qs + buf * BQ * LD, q + qoff, qstride, T - i0);
+        attn_load_tile<D, BQ, THREADS>(dYs + buf * BQ * LD, dy + yoff, ystride, T - i0);
+        for (int r = threadIdx.x; r < BQ; r += THREADS) {
             const size_t idx = ((size_t)b * H + h) * T + i0 + r;
             Ls[buf * BQ + r] = i0 + r < T ? lse[idx] * ATT_LOG2E : 0.0f;
             Ds[buf * BQ + r] = i0 + r < T ? delta[idx] : 0.0f;
         }
     };
-    attn_load_tile<D, BK>(Ks, k + kvoff, kvstride, T - k0);
-    attn_load_tile<D, BK>(Vs, v + kvoff, kvstride, T - k0);
+    attn_load_tile<D, BK, THREADS>(Ks, k + kvoff, kvstride, T - k0);
+    attn_load_tile<D, BK, THREADS>(Vs, v + kvoff, kvstride, T - k0);
     load_iter(0, 0);
     attn_cp_async_commit();
 
     const float sl2 = scale * ATT_LOG2E;
-    const int key0 = k0 + warp * 16 + g;  // this thread's key rows: key0 (C regs 0, 1), key0 + 8 (regs 2, 3)
+    const int kw0 = k0 + warp * 16, key0 = kw0 + g;  // this thread's key rows: key0 (C regs 0, 1), key0 + 8 (regs 2, 3)
     const floatX* Kw = Ks + warp * 16 * LD;  // the warp's key rows (A operands)
     const floatX* Vw = Vs + warp * 16 * LD;
     float dka[D / 8][4], dva[D / 8][4];
@@ -769,60 +784,42 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_kernel(
         const floatX* dYt = dYs + buf * BQ * LD;
         const float* Lt = Ls + buf * BQ;
         const float* Dt = Ds + buf * BQ;
-
-        // st = K Q^T and dpt = V dY^T (16 keys x BQ queries each)
-        float st[BQ / 8][4], dpt[BQ / 8][4];
+        // the warp's keys [kw0, kw0 + 15] are seen by queries [kw0, kw0 + 15 + window] below T
+        if (kw0 < T && i0 + BQ - 1 >= kw0 && i0 <= kw0 + 15 + window) {
+            // st = K Q^T and dpt = V dY^T (16 keys x BQ queries each)
+            float st[BQ / 8][4], dpt[BQ / 8][4];
+            attn_score_tiles<D, BQ>(st, dpt, Kw, Qt, Vw, dYt);
+            // P^T into st, dS^T into dpt; key j sees query i iff i < T and i - window <= j <= i
 #pragma unroll
-        for (int nt = 0; nt < BQ / 8; nt++)
+            for (int nt = 0; nt < BQ / 8; nt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) st[nt][e] = dpt[nt][e] = 0.0f;
+                for (int e = 0; e < 4; e++) {
+                    const int col = nt * 8 + 2 * c + e % 2, i = i0 + col, j = key0 + (e / 2) * 8;
+                    const bool ok = i < T && j <= i && j >= i - window;
+                    const float p = ok ? exp2f(fmaf(st[nt][e], sl2, -Lt[col])) : 0.0f;
+                    st[nt][e] = p;
+                    dpt[nt][e] = p * (dpt[nt][e] - Dt[col]);
+                }
+            // dva (16 x D) += P^T (16 x BQ, bf16) dY (BQ x D);  dka += dS^T Q
 #pragma unroll
-        for (int ks = 0; ks < D / 16; ks++) {
-            uint32_t ka[4], va[4];
-            attn_ldmatrix_x4(ka, Kw + (lane % 16) * LD + ks * 16 + (lane / 16) * 8);
-            attn_ldmatrix_x4(va, Vw + (lane % 16) * LD + ks * 16 + (lane / 16) * 8);
+            for (int kk = 0; kk < BQ / 16; kk++) {
+                const uint32_t pa[4] = {attn_pack_bf16(st[2 * kk][0], st[2 * kk][1]), attn_pack_bf16(st[2 * kk][2], st[2 * kk][3]),
+                                        attn_pack_bf16(st[2 * kk + 1][0], st[2 * kk + 1][1]),
+                                        attn_pack_bf16(st[2 * kk + 1][2], st[2 * kk + 1][3])};
+                const uint32_t sa[4] = {attn_pack_bf16(dpt[2 * kk][0], dpt[2 * kk][1]), attn_pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]),
+                                        attn_pack_bf16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
+                                        attn_pack_bf16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
 #pragma unroll
-            for (int np = 0; np < BQ / 16; np++) {
-                const int off = (np * 16 + (lane / 16) * 8 + lane % 8) * LD + ks * 16 + ((lane / 8) % 2) * 8;
-                uint32_t qf[4], df[4];
-                attn_ldmatrix_x4(qf, Qt + off);
-                attn_ldmatrix_x4(df, dYt + off);
-                attn_mma(st[2 * np], ka, qf[0], qf[1]);
-                attn_mma(st[2 * np + 1], ka, qf[2], qf[3]);
-                attn_mma(dpt[2 * np], va, df[0], df[1]);
-                attn_mma(dpt[2 * np + 1], va, df[2], df[3]);
-            }
-        }
-        // P^T into st, dS^T into dpt; key j sees query i iff i < T and i - window <= j <= i
-#pragma unroll
-        for (int nt = 0; nt < BQ / 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int col = nt * 8 + 2 * c + e % 2, i = i0 + col, j = key0 + (e / 2) * 8;
-                const bool ok = i < T && j <= i && j >= i - window;
-                const float p = ok ? exp2f(fmaf(st[nt][e], sl2, -Lt[col])) : 0.0f;
-                st[nt][e] = p;
-                dpt[nt][e] = p * (dpt[nt][e] - Dt[col]);
-            }
-        // dva (16 x D) += P^T (16 x BQ, bf16) dY (BQ x D);  dka += dS^T Q
-#pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++) {
-            const uint32_t pa[4] = {attn_pack_bf16(st[2 * kk][0], st[2 * kk][1]), attn_pack_bf16(st[2 * kk][2], st[2 * kk][3]),
-                                    attn_pack_bf16(st[2 * kk + 1][0], st[2 * kk + 1][1]),
-                                    attn_pack_bf16(st[2 * kk + 1][2], st[2 * kk + 1][3])};
-            const uint32_t sa[4] = {attn_pack_bf16(dpt[2 * kk][0], dpt[2 * kk][1]), attn_pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]),
-                                    attn_pack_bf16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
-                                    attn_pack_bf16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
-#pragma unroll
-            for (int dp2 = 0; dp2 < D / 16; dp2++) {
-                const int off = (kk * 16 + lane % 16) * LD + dp2 * 16 + (lane / 16) * 8;
-                uint32_t df[4], qf[4];
-                attn_ldmatrix_x4_trans(df, dYt + off);
-                attn_ldmatrix_x4_trans(qf, Qt + off);
-                attn_mma(dva[2 * dp2], pa, df[0], df[1]);
-                attn_mma(dva[2 * dp2 + 1], pa, df[2], df[3]);
-                attn_mma(dka[2 * dp2], sa, qf[0], qf[1]);
-                attn_mma(dka[2 * dp2 + 1], sa, qf[2], qf[3]);
+                for (int dp2 = 0; dp2 < D / 16; dp2++) {
+                    const int off = (kk * 16 + lane % 16) * LD + dp2 * 16 + (lane / 16) * 8;
+                    uint32_t df[4], qf[4];
+                    attn_ldmatrix_x4_trans(df, dYt + off);
+                    attn_ldmatrix_x4_trans(qf, Qt + off);
+                    attn_mma(dva[2 * dp2], pa, df[0], df[1]);
+                    attn_mma(dva[2 * dp2 + 1], pa, df[2], df[3]);
+                    attn_mma(dka[2 * dp2], sa, qf[0], qf[1]);
+                    attn_mma(dka[2 * dp2 + 1], sa, qf[2], qf[3]);
+                }
             }
         }
         __syncthreads();
@@ -928,16 +925,20 @@ static inline void attention_check_strides(QKVStrides strides) {
 
 // Dynamic shared memory of each kernel (bytes). What a block may have (cudaDevAttrMaxSharedMemoryPerBlockOptin):
 // 227 KB on sm_90 and sm_100, 163 KB on sm_80, 99 KB on sm_86, sm_89 and sm_120. At D = 128 the forward needs
-// 85 KB, dK/dV 68.5 KB, dq 102 KB with K/V double-buffered and 68 KB with one buffer; at D = 64 all are under 55 KB.
+// 85 KB (102 KB with 128 rows), dK/dV 68.5 KB (102.5 KB with 128 keys), dq 102 KB with K/V double-buffered and
+// 68 KB with one buffer (136 KB with 128 rows); at D = 64 the kernels of 64 rows or keys are under 55 KB and
+// those of 128 under 73 KB.
 static inline int attention_forward_smem(int D, int bq) { return (bq + 4 * ATT_TILE) * (D + ATT_PAD) * (int)sizeof(floatX); }
-static inline int attention_dq_smem(int D, int kv_stages) { return (2 + 2 * kv_stages) * ATT_TILE * (D + ATT_PAD) * (int)sizeof(floatX); }
-static inline int attention_dkdv_smem(int D) {
+static inline int attention_dq_smem(int D, int bq, int kv_stages) {
+    return (2 * bq + 2 * kv_stages * ATT_TILE) * (D + ATT_PAD) * (int)sizeof(floatX);
+}
+static inline int attention_dkdv_smem(int D, int bk) {
     const int bq = D == 64 ? 64 : 32;
-    return (2 * ATT_TILE + 4 * bq) * (D + ATT_PAD) * (int)sizeof(floatX) + 4 * bq * (int)sizeof(float);
+    return (2 * bk + 4 * bq) * (D + ATT_PAD) * (int)sizeof(floatX) + 4 * bq * (int)sizeof(float);
 }
 
-// The dq kernel's K/V buffers on this GPU: 2 (the faster) where a block can have that much shared memory, else 1
-static inline int attention_dq_stages(int D) { return (size_t)attention_dq_smem(D, 2) <= g_cuda.shared_per_block_optin ? 2 : 1; }
+// The 64-row dq kernel's K/V buffers on this GPU: 2 (the faster) where a block can have that much shared memory, else 1
+static inline int attention_dq_stages(int D) { return (size_t)attention_dq_smem(D, ATT_TILE, 2) <= g_cuda.shared_per_block_optin ? 2 : 1; }
 
 // Stops, before any launch, if a kernel needs more shared memory per block than this GPU offers
 static inline void attention_check_smem(const char* kernel, int D, int bytes) {
@@ -947,12 +948,12 @@ static inline void attention_check_smem(const char* kernel, int D, int bytes) {
              kernel, D, bytes);
 }
 
-// The forward kernel's variants, to be timed against each other on a GPU (dev/cuda/attention_check.cu, gpu_check's
-// timing_attention): 64 query rows and 4 warps per block (the kernel as first written); the same at
-// a launch bound of 128 threads and 4 blocks per SM, so that the compiler keeps to 4 resident blocks' registers; 128 rows and
-// 8 warps (each K/V tile loaded once for twice the rows). Every query row does the same arithmetic in each (a key
-// tile a 128-row block visits outside a warp's window is masked whole for it, which changes no bit: corr 1, p 0),
-// so they give the same bits and differ only in speed.
+// The kernels' variants, to be timed against each other on a GPU (dev/cuda/attention_check.cu, gpu_check's
+// timing_attention). Every query row and every key does the same arithmetic in each (a tile a larger block
+// visits outside a warp's window adds only zeros for it), so they give the same bits and differ only in speed.
+// Forward: 64 query rows and 4 warps per block (the kernel as first written); the same at a launch bound of 128
+// threads and 4 blocks per SM, so that the compiler keeps to 4 resident blocks' registers; 128 rows and 8 warps
+// (each K/V tile loaded once for twice the rows).
 enum AttentionForwardVariant { ATTN_FWD_64, ATTN_FWD_64_OCC4, ATTN_FWD_128, ATTN_FWD_VARIANTS };
 static const char* const ATTN_FWD_NAMES[ATTN_FWD_VARIANTS] = {"64 rows", "64 rows, 4 blocks/SM", "128 rows"};
 static inline int attention_forward_rows(AttentionForwardVariant v) { return v == ATTN_FWD_128 ? 128 : 64; }
@@ -961,43 +962,66 @@ static inline int attention_forward_rows(AttentionForwardVariant v) { return v =
 static inline bool attention_forward_available(int D, AttentionForwardVariant v) {
     return (size_t)attention_forward_smem(D, attention_forward_rows(v)) <= g_cuda.shared_per_block_optin && !(v == ATTN_FWD_64_OCC4 && D != 64);
 }
+// Backward: the dq kernel with 64 or 128 query rows per block (4 or 8 warps; 128 rows: each K/V tile loaded once
+// for twice the rows, K/V always double-buffered), the dK/dV kernel with 64 or 128 keys (each Q/dY tile loaded
+// once for twice the keys), in the four combinations.
+enum AttentionBackwardVariant { ATTN_BWD_64_64, ATTN_BWD_128_64, ATTN_BWD_64_128, ATTN_BWD_128_128, ATTN_BWD_VARIANTS };
+static const char* const ATTN_BWD_NAMES[ATTN_BWD_VARIANTS] = {"dq 64 rows, dK/dV 64 keys", "dq 128 rows, dK/dV 64 keys",
+                                                              "dq 64 rows, dK/dV 128 keys", "dq 128 rows, dK/dV 128 keys"};
+static inline int attention_dq_rows(AttentionBackwardVariant v) { return v == ATTN_BWD_128_64 || v == ATTN_BWD_128_128 ? 128 : 64; }
+static inline int attention_dkdv_keys(AttentionBackwardVariant v) { return v == ATTN_BWD_64_128 || v == ATTN_BWD_128_128 ? 128 : 64; }
+static inline int attention_dq_variant_smem(int D, AttentionBackwardVariant v) {
+    return attention_dq_rows(v) == 128 ? attention_dq_smem(D, 128, 2) : attention_dq_smem(D, ATT_TILE, attention_dq_stages(D));
+}
+static inline bool attention_backward_available(int D, AttentionBackwardVariant v) {
+    return (size_t)std::max(attention_dq_variant_smem(D, v), attention_dkdv_smem(D, attention_dkdv_keys(v))) <= g_cuda.shared_per_block_optin;
+}
 
 // Which variant a GPU runs: the fastest measured on it (dev/gpu_results.md), by compute capability (major) and
-// head_dim, the first row that matches; 0 matches any. No GPU has timed the variants yet, so the table holds only
-// its catch-all row: the kernel as first written, everywhere. XSA_ATTN_FORWARD=0|1|2 picks one on every GPU (for
-// timing). A variant not available here (attention_forward_available) falls back to ATTN_FWD_64.
-struct AttentionForwardChoice {
-    int cc_major, head_dim;
-    AttentionForwardVariant variant;
+// head_dim, the first row of the kernel's table that matches; 0 matches any. No GPU has timed the variants yet,
+// so each table holds only its catch-all row: the kernels as first written, everywhere. XSA_ATTN_FORWARD=0|1|2
+// and XSA_ATTN_BACKWARD=0|1|2|3 pick one on every GPU (for timing). A variant not available here falls back to
+// the first.
+struct AttentionVariantChoice {
+    int cc_major, head_dim, variant;
 };
-static const AttentionForwardChoice ATTN_FWD_CHOICES[] = {{0, 0, ATTN_FWD_64}};
-static inline AttentionForwardVariant attention_forward_variant(int D) {
-    AttentionForwardVariant v = ATTN_FWD_64;
-    if (const char* env = getenv("XSA_ATTN_FORWARD")) {
-        const int i = parse_int32("XSA_ATTN_FORWARD", env);
-        if (i < 0 || i >= ATTN_FWD_VARIANTS) fail("XSA_ATTN_FORWARD=%d: the forward variants are 0 to %d", i, ATTN_FWD_VARIANTS - 1);
-        v = (AttentionForwardVariant)i;
-    } else {
-        for (const AttentionForwardChoice& c : ATTN_FWD_CHOICES)
-            if ((c.cc_major == 0 || c.cc_major == g_cuda.cc_major) && (c.head_dim == 0 || c.head_dim == D)) {
-                v = c.variant;
-                break;
-            }
+static const AttentionVariantChoice ATTN_FWD_CHOICES[] = {{0, 0, ATTN_FWD_64}};
+static const AttentionVariantChoice ATTN_BWD_CHOICES[] = {{0, 0, ATTN_BWD_64_64}};
+template <size_t N>
+static inline int attention_variant_choice(const char* env, int variants, const AttentionVariantChoice (&table)[N], int D) {
+    if (const char* s = getenv(env)) {
+        const int i = parse_int32(env, s);
+        if (i < 0 || i >= variants) fail("%s=%d: the variants are 0 to %d", env, i, variants - 1);
+        return i;
     }
+    for (const AttentionVariantChoice& c : table)
+        if ((c.cc_major == 0 || c.cc_major == g_cuda.cc_major) && (c.head_dim == 0 || c.head_dim == D)) return c.variant;
+    return 0;
+}
+static inline AttentionForwardVariant attention_forward_variant(int D) {
+    const auto v = (AttentionForwardVariant)attention_variant_choice("XSA_ATTN_FORWARD", ATTN_FWD_VARIANTS, ATTN_FWD_CHOICES, D);
     return attention_forward_available(D, v) ? v : ATTN_FWD_64;
+}
+static inline AttentionBackwardVariant attention_backward_variant(int D) {
+    const auto v = (AttentionBackwardVariant)attention_variant_choice("XSA_ATTN_BACKWARD", ATTN_BWD_VARIANTS, ATTN_BWD_CHOICES, D);
+    return attention_backward_available(D, v) ? v : ATTN_BWD_64_64;
 }
 
 // What the attention kernels of head_dim D take on this GPU, for the start-up lines; stops if one does not fit
 static inline std::string attention_kernel_plan(int D) {
-    const AttentionForwardVariant variant = attention_forward_variant(D);
-    const int fwd = attention_forward_smem(D, attention_forward_rows(variant)), stages = attention_dq_stages(D);
-    const int dq = attention_dq_smem(D, stages), dkdv = attention_dkdv_smem(D);
+    const AttentionForwardVariant fv = attention_forward_variant(D);
+    const AttentionBackwardVariant bv = attention_backward_variant(D);
+    const int fwd = attention_forward_smem(D, attention_forward_rows(fv)), dq = attention_dq_variant_smem(D, bv);
+    const int dkdv = attention_dkdv_smem(D, attention_dkdv_keys(bv));
+    const bool double_buffered = attention_dq_rows(bv) == 128 || attention_dq_stages(D) == 2;
     attention_check_smem("forward", D, fwd);
     attention_check_smem("dq", D, dq);
     attention_check_smem("dK/dV", D, dkdv);
     char s[256];
-    snprintf(s, sizeof s, "attention kernels (head_dim %d): shared memory per block forward %d (%s), dq %d (K/V %s), dK/dV %d bytes, of %zu",
-             D, fwd, ATTN_FWD_NAMES[variant], dq, stages == 2 ? "double-buffered" : "single-buffered", dkdv, g_cuda.shared_per_block_optin);
+    snprintf(s, sizeof s,
+             "attention kernels (head_dim %d): shared memory per block forward %d (%s), dq %d (%d rows, K/V %s), dK/dV %d (%d keys) bytes, of %zu",
+             D, fwd, ATTN_FWD_NAMES[fv], dq, attention_dq_rows(bv), double_buffered ? "double-buffered" : "single-buffered", dkdv,
+             attention_dkdv_keys(bv), g_cuda.shared_per_block_optin);
     return s;
 }
 
@@ -1064,42 +1088,63 @@ static void attention_forward_launch(floatX* z, floatX* y, float* lse, const flo
     else attention_forward_launch_variant<D, 64, 1>(z, y, lse, q, k, v, strides, B, T, H, Hkv, window, alpha, stream);
 }
 
-// backward given dy (B, T, H, D) and delta (B, H, T): dq, dk, dv =
+// dq (B, T, H, D) from dy and delta (B, H, T), with the dq kernel of BQ rows and KV_STAGES K/V buffers
+template <int D, int BQ, int KV_STAGES>
+static void attention_dq_launch(floatX* dq, const floatX* dy, const floatX* q, const floatX* k, const floatX* v, QKVStrides strides,
+                                const float* lse, const float* delta, int B, int T, int H, int Hkv, int window, cudaStream_t stream) {
+    const int smem = attention_dq_smem(D, BQ, KV_STAGES);
+    static bool once = [&] {
+        attention_check_smem("dq", D, smem);
+        cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel<D, BQ, KV_STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        return true;
+    }();
+    (void)once;
+    attention_backward_dq_kernel<D, BQ, KV_STAGES><<<dim3(ceil_div(T, BQ), B * H), BQ * 2, smem, stream>>>(
+        dq, dy, q, k, v, lse, delta, strides, T, H, Hkv, window, 1.0f / sqrtf((float)D));
+    cudaCheckLaunch();
+}
+
+// dk, dv (B, T, Hkv, D) from dy and delta (B, H, T), with the dK/dV kernel of BK keys
+template <int D, int BK>
+static void attention_dkdv_launch(floatX* dk, floatX* dv, const floatX* dy, const floatX* q, const floatX* k, const floatX* v,
+                                  QKVStrides strides, const float* lse, const float* delta, const float* dv_extra, int B, int T, int H,
+                                  int Hkv, int window, cudaStream_t stream) {
+    const int smem = attention_dkdv_smem(D, BK);
+    static bool once = [&] {
+        attention_check_smem("dK/dV", D, smem);
+        cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel<D, BK>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        return true;
+    }();
+    (void)once;
+    attention_backward_dkdv_kernel<D, BK><<<dim3(ceil_div(T, BK), B * Hkv), BK * 2, smem, stream>>>(
+        dk, dv, dy, q, k, v, lse, delta, dv_extra, strides, T, H, Hkv, window, 1.0f / sqrtf((float)D));
+    cudaCheckLaunch();
+}
+
+// backward given dy (B, T, H, D) and delta (B, H, T): dq, dk, dv, with backward variant `variant`
 template <int D>
 static void attention_backward_launch(floatX* dq, floatX* dk, floatX* dv, const floatX* dy, const floatX* q,
                                       const floatX* k, const floatX* v, QKVStrides strides, const float* lse, const float* delta,
                                       const float* dv_extra, int B, int T, int H, int Hkv, int window,
-                                      cudaStream_t stream) {
+                                      cudaStream_t stream, AttentionBackwardVariant variant) {
     attention_check_strides(strides);
-    static const int stages = attention_dq_stages(D);
-    const int smem_dq = attention_dq_smem(D, stages), smem_dkdv = attention_dkdv_smem(D);
-    static bool once = [&] {
-        attention_check_smem("dq", D, smem_dq);
-        attention_check_smem("dK/dV", D, smem_dkdv);
-        if (stages == 2) cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel<D, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_dq));
-        else cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel<D, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_dq));
-        cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_dkdv));
-        return true;
-    }();
-    (void)once;
-    const float scale = 1.0f / sqrtf((float)D);
-    const dim3 grid_kv(ceil_div(T, ATT_TILE), B * Hkv), grid_q(ceil_div(T, ATT_TILE), B * H);
-    attention_backward_dkdv_kernel<D><<<grid_kv, ATT_THREADS, smem_dkdv, stream>>>(dk, dv, dy, q, k, v, lse, delta, dv_extra,
-                                                                                  strides, T, H, Hkv, window, scale);
-    cudaCheckLaunch();
-    if (stages == 2)
-        attention_backward_dq_kernel<D, 2><<<grid_q, ATT_THREADS, smem_dq, stream>>>(dq, dy, q, k, v, lse, delta, strides, T, H, Hkv,
-                                                                                     window, scale);
-    else
-        attention_backward_dq_kernel<D, 1><<<grid_q, ATT_THREADS, smem_dq, stream>>>(dq, dy, q, k, v, lse, delta, strides, T, H, Hkv,
-                                                                                     window, scale);
-    cudaCheckLaunch();
+    if (attention_dkdv_keys(variant) == 128)
+        attention_dkdv_launch<D, 128>(dk, dv, dy, q, k, v, strides, lse, delta, dv_extra, B, T, H, Hkv, window, stream);
+    else attention_dkdv_launch<D, 64>(dk, dv, dy, q, k, v, strides, lse, delta, dv_extra, B, T, H, Hkv, window, stream);
+    if (attention_dq_rows(variant) == 128) attention_dq_launch<D, 128, 2>(dq, dy, q, k, v, strides, lse, delta, B, T, H, Hkv, window, stream);
+    else if (attention_dq_stages(D) == 2) attention_dq_launch<D, 64, 2>(dq, dy, q, k, v, strides, lse, delta, B, T, H, Hkv, window, stream);
+    else attention_dq_launch<D, 64, 1>(dq, dy, q, k, v, strides, lse, delta, B, T, H, Hkv, window, stream);
 }
 
-// The variant this GPU runs at head_dim D (attention_forward_variant, looked up once), unless `variant` names one
+// The variants this GPU runs at head_dim D (attention_forward_variant, attention_backward_variant, looked up
+// once), unless `variant` names one
 static inline AttentionForwardVariant attention_forward_variant_for(int D, AttentionForwardVariant variant) {
     static const AttentionForwardVariant chosen[2] = {attention_forward_variant(64), attention_forward_variant(128)};
     return variant != ATTN_FWD_VARIANTS ? variant : chosen[D == 128];
+}
+static inline AttentionBackwardVariant attention_backward_variant_for(int D, AttentionBackwardVariant variant) {
+    static const AttentionBackwardVariant chosen[2] = {attention_backward_variant(64), attention_backward_variant(128)};
+    return variant != ATTN_BWD_VARIANTS ? variant : chosen[D == 128];
 }
 
 // q (B, T, H, D), k, v (B, T, Hkv, D), rows `at` apart; y (B, T, H, D); lse (B, H, T). Pointers and strides
@@ -1140,24 +1185,25 @@ static inline void attention_decode_cuda(floatX* y, const floatX* q, size_t q_st
 
 // dy, y (B, T, H, D); q (B, T, H, D), k, v (B, T, Hkv, D), rows `at` apart; lse (B, H, T) -> dq (B, T, H,
 // D), dk, dv (B, T, Hkv, D), rows `at` apart, all OVERWRITTEN. scratch: attention_backward_scratch_floats(B,
-// T, H, Hkv, D, false) floats.
+// T, H, Hkv, D, false) floats. variant: the backward kernels' (ATTN_BWD_VARIANTS: this GPU's; attention_check times each).
 static inline void attention_backward_cuda(floatX* dq, floatX* dk, floatX* dv, const floatX* dy, const floatX* q,
                                            const floatX* k, const floatX* v, QKVStrides strides, const floatX* y, const float* lse,
                                            int B, int T, int H, int Hkv, int D, int window, float* scratch,
-                                           cudaStream_t stream) {
+                                           cudaStream_t stream, AttentionBackwardVariant variant = ATTN_BWD_VARIANTS) {
     attention_check_shape(B, T, H, Hkv, D, window, "attention_backward_cuda");
     window = std::min(window, T);
+    variant = attention_backward_variant_for(D, variant);
     float* delta = scratch + attention_backward_scratch((size_t)B * T, H, Hkv, D, ATTN_BWD_PLAIN).delta;
     const size_t rows = (size_t)B * T * H;
     const int grid = ceil_div((long)rows, XSA_THREADS / 32);
     if (D == 64) {
         attention_delta_kernel<64><<<grid, XSA_THREADS, 0, stream>>>(delta, dy, y, rows, T, H);
         cudaCheckLaunch();
-        attention_backward_launch<64>(dq, dk, dv, dy, q, k, v, strides, lse, delta, nullptr, B, T, H, Hkv, window, stream);
+        attention_backward_launch<64>(dq, dk, dv, dy, q, k, v, strides, lse, delta, nullptr, B, T, H, Hkv, window, stream, variant);
     } else {
         attention_delta_kernel<128><<<grid, XSA_THREADS, 0, stream>>>(delta, dy, y, rows, T, H);
         cudaCheckLaunch();
-        attention_backward_launch<128>(dq, dk, dv, dy, q, k, v, strides, lse, delta, nullptr, B, T, H, Hkv, window, stream);
+        attention_backward_launch<128>(dq, dk, dv, dy, q, k, v, strides, lse, delta, nullptr, B, T, H, Hkv, window, stream, variant);
     }
 }
 
@@ -1166,13 +1212,15 @@ static inline void attention_backward_cuda(floatX* dq, floatX* dk, floatX* dv, c
 // scratch (bf16), delta = rowsum(dy y), the XSA self-position dv term (fp32), and, when dalpha is not null
 // (learnable alpha), the per-token shares of dL/dalpha (B*T, H); the dK/dV kernel adds the dv term to its
 // accumulator before rounding. alpha (H) in device memory. dq, dk, dv OVERWRITTEN; q, k, v, dq, dk, dv rows
-// `at` apart. scratch: attention_backward_scratch_floats(B, T, H, Hkv, D, true) floats.
+// `at` apart. scratch: attention_backward_scratch_floats(B, T, H, Hkv, D, true) floats. variant: as attention_backward_cuda's.
 static inline void attention_backward_xsa_cuda(floatX* dq, floatX* dk, floatX* dv, const floatX* dz, const floatX* q,
                                                const floatX* k, const floatX* v, QKVStrides strides, const floatX* y, const float* lse,
                                                int B, int T, int H, int Hkv, int D, int window, const float* alpha,
-                                               float* dalpha, float* scratch, cudaStream_t stream) {
+                                               float* dalpha, float* scratch, cudaStream_t stream,
+                                               AttentionBackwardVariant variant = ATTN_BWD_VARIANTS) {
     attention_check_shape(B, T, H, Hkv, D, window, "attention_backward_xsa_cuda");
     window = std::min(window, T);
+    variant = attention_backward_variant_for(D, variant);
     const size_t tokens = (size_t)B * T;
     const AttentionBackwardScratch s = attention_backward_scratch(tokens, H, Hkv, D, ATTN_BWD_XSA_FUSED);
     floatX* dy = reinterpret_cast<floatX*>(scratch + s.dy);
@@ -1183,12 +1231,12 @@ static inline void attention_backward_xsa_cuda(floatX* dq, floatX* dk, floatX* d
         xsa_backward_kernel<64, true><<<grid, XSA_THREADS, 0, stream>>>(dy, nullptr, 0, dv_extra, delta, dalpha, dz, y, v, strides.kv, tokens, T, H, Hkv,
                                                                   alpha);
         cudaCheckLaunch();
-        attention_backward_launch<64>(dq, dk, dv, dy, q, k, v, strides, lse, delta, dv_extra, B, T, H, Hkv, window, stream);
+        attention_backward_launch<64>(dq, dk, dv, dy, q, k, v, strides, lse, delta, dv_extra, B, T, H, Hkv, window, stream, variant);
     } else {
         xsa_backward_kernel<128, true><<<grid, XSA_THREADS, 0, stream>>>(dy, nullptr, 0, dv_extra, delta, dalpha, dz, y, v, strides.kv, tokens, T, H, Hkv,
                                                                   alpha);
         cudaCheckLaunch();
-        attention_backward_launch<128>(dq, dk, dv, dy, q, k, v, strides, lse, delta, dv_extra, B, T, H, Hkv, window, stream);
+        attention_backward_launch<128>(dq, dk, dv, dy, q, k, v, strides, lse, delta, dv_extra, B, T, H, Hkv, window, stream, variant);
     }
 }
 

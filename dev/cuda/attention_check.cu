@@ -145,18 +145,6 @@ static void check_bits(const char* what, bool same) { report(same, what, same ? 
 
 // ---- correctness ----
 
-// The dq kernel with KV_STAGES K/V buffers, as attention_backward_launch runs it (delta from the scratch of a
-// backward that just ran): attention_dq_stages picks one per GPU, and the two must give the same dq
-template <int D, int KV_STAGES>
-static void dq_kernel_with(floatX* dq, const floatX* dy, const floatX* q, const floatX* k, const floatX* v, QKVStrides strides,
-                           const float* lse, const float* delta, int B, int T, int H, int Hkv, int window, cudaStream_t st) {
-    const int smem = attention_dq_smem(D, KV_STAGES);
-    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel<D, KV_STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    attention_backward_dq_kernel<D, KV_STAGES><<<dim3(ceil_div(T, ATT_TILE), B * H), ATT_THREADS, smem, st>>>(
-        dq, dy, q, k, v, lse, delta, strides, T, H, Hkv, std::min(window, T), 1.0f / sqrtf((float)D));
-    cudaCheckLaunch();
-}
-
 struct Shape {
     int B, T, H, Hkv, D, window;
     float qstd = 1.5f;  // scores ~ N(0, qstd^2 1.5^2): 1.5 a peaked softmax, 0.1 a nearly flat one
@@ -189,11 +177,11 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
     check_bits("forward deterministic (y, lse)", same_bits(y, y2) && same_bits(lse, lse2));
     // every forward variant (attention_forward_variant) gives the bits of the one this GPU runs, plain and with XSA
     // (alpha differing per head: the own value rows of a 128-row block come from either diagonal tile)
+    std::vector<float> ramp(H);
+    for (int h = 0; h < H; h++) ramp[h] = 0.3f + 0.6f * h / std::max(H - 1, 1);
+    Buf<float> ramp_dev(H);
+    cudaCheck(cudaMemcpy(ramp_dev.p, ramp.data(), H * sizeof(float), cudaMemcpyHostToDevice));
     {
-        std::vector<float> ramp(H);
-        for (int h = 0; h < H; h++) ramp[h] = 0.3f + 0.6f * h / std::max(H - 1, 1);
-        Buf<float> ramp_dev(H);
-        cudaCheck(cudaMemcpy(ramp_dev.p, ramp.data(), H * sizeof(float), cudaMemcpyHostToDevice));
         z.poison(st), y2.poison(st), lse2.poison(st);
         attention_forward_xsa_cuda(z.p, y2.p, lse2.p, q.p, k.p, v.p, sep, B, T, H, Hkv, D, W, ramp_dev.p, st);
         for (int vi = 0; vi < ATTN_FWD_VARIANTS; vi++) {
@@ -229,17 +217,50 @@ static void check_shape(const Shape& s, Rng* rng, cudaStream_t st) {
     {
         const int other = 3 - attention_dq_stages(D);  // the K/V buffering this GPU does not use, where it can run
         const float* delta = scratch.p + attention_backward_scratch(tokens, H, Hkv, D, ATTN_BWD_PLAIN).delta;
-        if ((size_t)attention_dq_smem(D, other) <= g_cuda.shared_per_block_optin) {
+        if ((size_t)attention_dq_smem(D, ATT_TILE, other) <= g_cuda.shared_per_block_optin) {
             dq2.poison(st);
-            if (D == 64 && other == 1) dq_kernel_with<64, 1>(dq2.p, dy.p, q.p, k.p, v.p, sep, lse.p, delta, B, T, H, Hkv, W, st);
-            if (D == 64 && other == 2) dq_kernel_with<64, 2>(dq2.p, dy.p, q.p, k.p, v.p, sep, lse.p, delta, B, T, H, Hkv, W, st);
-            if (D == 128 && other == 1) dq_kernel_with<128, 1>(dq2.p, dy.p, q.p, k.p, v.p, sep, lse.p, delta, B, T, H, Hkv, W, st);
-            if (D == 128 && other == 2) dq_kernel_with<128, 2>(dq2.p, dy.p, q.p, k.p, v.p, sep, lse.p, delta, B, T, H, Hkv, W, st);
+            const int w = std::min(W, T);  // as attention_backward_cuda clamps it
+            if (D == 64 && other == 1) attention_dq_launch<64, 64, 1>(dq2.p, dy.p, q.p, k.p, v.p, sep, lse.p, delta, B, T, H, Hkv, w, st);
+            if (D == 64 && other == 2) attention_dq_launch<64, 64, 2>(dq2.p, dy.p, q.p, k.p, v.p, sep, lse.p, delta, B, T, H, Hkv, w, st);
+            if (D == 128 && other == 1) attention_dq_launch<128, 64, 1>(dq2.p, dy.p, q.p, k.p, v.p, sep, lse.p, delta, B, T, H, Hkv, w, st);
+            if (D == 128 && other == 2) attention_dq_launch<128, 64, 2>(dq2.p, dy.p, q.p, k.p, v.p, sep, lse.p, delta, B, T, H, Hkv, w, st);
             check_bits(NAME("dq with K/V %s-buffered = as used here (%s)", other == 1 ? "single" : "double",
                             attention_dq_stages(D) == 1 ? "single" : "double"), same_bits(dq, dq2));
         } else {
             printf("(dq with K/V double-buffered: needs %d bytes of shared memory per block, this GPU offers %zu)\n",
-                   attention_dq_smem(D, other), g_cuda.shared_per_block_optin);
+                   attention_dq_smem(D, ATT_TILE, other), g_cuda.shared_per_block_optin);
+        }
+    }
+    // every other backward variant (attention_backward_variant) gives the bits of the one this GPU runs, plain
+    // and with fused XSA (alpha differing per head: its self-position dv term goes through each dK/dV block size)
+    {
+        const AttentionBackwardVariant used = attention_backward_variant_for(D, ATTN_BWD_VARIANTS);
+        Buf<floatX> xdq(nq), xdk(nkv), xdv(nkv);
+        bool reference = false;  // the XSA backward of the variant used, run once another variant is to be compared
+        for (int vi = 0; vi < ATTN_BWD_VARIANTS; vi++) {
+            const AttentionBackwardVariant var = (AttentionBackwardVariant)vi;
+            if (var == used) continue;
+            if (!attention_backward_available(D, var)) {
+                printf("(backward variant %s: not at head_dim %d on this GPU, %zu bytes of shared memory per block)\n", ATTN_BWD_NAMES[vi], D,
+                       g_cuda.shared_per_block_optin);
+                continue;
+            }
+            if (!reference) {
+                xdq.poison(st), xdk.poison(st), xdv.poison(st), scratch.poison(st);
+                attention_backward_xsa_cuda(xdq.p, xdk.p, xdv.p, dy.p, q.p, k.p, v.p, sep, y.p, lse.p, B, T, H, Hkv, D, W, ramp_dev.p, nullptr,
+                                            scratch.p, st);
+                reference = true;
+            }
+            bool same = true;
+            for (bool xsa : {false, true}) {
+                dq2.poison(st), dk2.poison(st), dv2.poison(st), scratch.poison(st);
+                if (xsa)
+                    attention_backward_xsa_cuda(dq2.p, dk2.p, dv2.p, dy.p, q.p, k.p, v.p, sep, y.p, lse.p, B, T, H, Hkv, D, W, ramp_dev.p,
+                                                nullptr, scratch.p, st, var);
+                else attention_backward_cuda(dq2.p, dk2.p, dv2.p, dy.p, q.p, k.p, v.p, sep, y.p, lse.p, B, T, H, Hkv, D, W, scratch.p, st, var);
+                same = same && same_bits(xsa ? xdq : dq, dq2) && same_bits(xsa ? xdk : dk, dk2) && same_bits(xsa ? xdv : dv, dv2);
+            }
+            check_bits(NAME("backward variant %s = as used here (dq, dk, dv; xsa dq, dk, dv)", ATTN_BWD_NAMES[vi]), same);
         }
     }
 
@@ -590,9 +611,11 @@ static void check_real_shape(const Shape& s, Rng* rng, cudaStream_t st) {
 // ---- timing ----
 
 struct Row {
-    char shape[64], op[32];
+    char shape[64], op[48];
     double ms, rate;
     const char* unit;
+    int head_dim, weight;             // the shape's head_dim; its layers in the SSSL pattern: 3 short-window, 1 long
+    int fwd_variant, bwd_variant;     // the kernel variant the row times, or -1
 };
 
 // median time (ms) of `reps` runs of fn, each after a write of 256 MB that evicts the L2
@@ -637,26 +660,35 @@ static void time_shape(const Shape& s, Rng* rng, cudaStream_t st, Buf<unsigned c
     Buf<float> alpha(H);
     cudaCheck(cudaMemcpy(alpha.p, std::vector<float>(H, 0.5f).data(), H * sizeof(float), cudaMemcpyHostToDevice));
     attention_forward_xsa_cuda(z.p, y.p, lse.p, q, k, v, at, B, T, H, Hkv, D, W, alpha.p, st);  // y, lse for the backward
-    auto add = [&](const char* op, double ms, double amount, bool flop) {
+    auto add = [&](const char* op, double ms, double amount, bool flop, int fwd_variant = -1, int bwd_variant = -1) {
         Row r;
         snprintf(r.shape, sizeof r.shape, "%s", shape);
         snprintf(r.op, sizeof r.op, "%s", op);
         r.ms = ms;
         r.rate = amount / (ms * 1e-3) / (flop ? 1e12 : 1e9);
         r.unit = flop ? "TFLOP/s" : "GB/s";
+        r.head_dim = D, r.weight = W < T ? 3 : 1, r.fwd_variant = fwd_variant, r.bwd_variant = bwd_variant;
         rows.push_back(r);
     };
     add("forward", time_median([&] { attention_forward_cuda(y.p, lse.p, q, k, v, at, B, T, H, Hkv, D, W, st); }, flush, st), fwd_flop, true);
     for (int vi = 0; vi < ATTN_FWD_VARIANTS; vi++) {  // each forward variant: the fastest goes into ATTN_FWD_CHOICES
         const AttentionForwardVariant var = (AttentionForwardVariant)vi;
         if (!attention_forward_available(D, var)) continue;
-        char op[32];
+        char op[48];
         snprintf(op, sizeof op, "fwd xsa %s", ATTN_FWD_NAMES[vi]);
         add(op, time_median([&] { attention_forward_xsa_cuda(z.p, y.p, lse.p, q, k, v, at, B, T, H, Hkv, D, W, alpha.p, st, var); }, flush, st),
-            fwd_flop, true);
+            fwd_flop, true, vi);
     }
     add("forward xsa", time_median([&] { attention_forward_xsa_cuda(z.p, y.p, lse.p, q, k, v, at, B, T, H, Hkv, D, W, alpha.p, st); }, flush, st), fwd_flop, true);
     add("backward", time_median([&] { attention_backward_cuda(dq, dk, dv, dz.p, q, k, v, at, y.p, lse.p, B, T, H, Hkv, D, W, scratch.p, st); }, flush, st), bwd_flop, true);
+    for (int vi = 0; vi < ATTN_BWD_VARIANTS; vi++) {  // each backward variant: the fastest goes into ATTN_BWD_CHOICES
+        const AttentionBackwardVariant var = (AttentionBackwardVariant)vi;
+        if (!attention_backward_available(D, var)) continue;
+        char op[48];
+        snprintf(op, sizeof op, "bwd xsa %s", ATTN_BWD_NAMES[vi]);
+        add(op, time_median([&] { attention_backward_xsa_cuda(dq, dk, dv, dz.p, q, k, v, at, y.p, lse.p, B, T, H, Hkv, D, W, alpha.p, nullptr, scratch.p, st, var); }, flush, st),
+            bwd_flop, true, -1, vi);
+    }
     add("backward xsa", time_median([&] { attention_backward_xsa_cuda(dq, dk, dv, dz.p, q, k, v, at, y.p, lse.p, B, T, H, Hkv, D, W, alpha.p, nullptr, scratch.p, st); }, flush, st), bwd_flop, true);
     add("xsa unfused fwd", time_median([&] { xsa_forward_cuda(z.p, y.p, v, at.kv, tokens, H, Hkv, D, alpha.p, st); }, flush, st), xsa_fwd_bytes, false);
     add("xsa unfused bwd", time_median([&] { xsa_backward_cuda(dy.p, dv, at.kv, nullptr, dz.p, y.p, v, at.kv, tokens, H, Hkv, D, alpha.p, st); }, flush, st), xsa_bwd_bytes, false);
@@ -712,8 +744,31 @@ int main(int argc, char** argv) {
     }
     cudaCheck(cudaStreamDestroy(st));
 
-    printf("\n%-28s %-16s %10s %12s\n", "shape", "op", "ms", "rate");
-    for (const Row& r : rows) printf("%-28s %-16s %10.3f %8.1f %s\n", r.shape, r.op, r.ms, r.rate, r.unit);
+    printf("\n%-28s %-36s %10s %12s\n", "shape", "op", "ms", "rate");
+    for (const Row& r : rows) printf("%-28s %-36s %10.3f %8.1f %s\n", r.shape, r.op, r.ms, r.rate, r.unit);
+    // the rows of ATTN_FWD_CHOICES and ATTN_BWD_CHOICES these timings call for: per head_dim, the variant of least
+    // time over the timed shapes, a short-window shape counted 3 times (the SSSL pattern's layers)
+    for (int D : {64, 128}) {
+        auto fastest = [&](bool forward, const char* const* names, int variants) {
+            std::vector<double> ms(variants, 0.0);
+            std::vector<int> shapes(variants, 0);
+            int most = 0;
+            for (const Row& r : rows) {
+                const int v = forward ? r.fwd_variant : r.bwd_variant;
+                if (r.head_dim != D || v < 0) continue;
+                ms[v] += r.weight * r.ms, shapes[v]++;
+                most = std::max(most, shapes[v]);
+            }
+            int best = -1;
+            for (int v = 0; v < variants; v++)
+                if (shapes[v] == most && most > 0 && (best < 0 || ms[v] < ms[best])) best = v;
+            if (best >= 0)
+                printf("fastest at head_dim %d: %s variant %d (%s), %.3f ms weighted, against %.3f for variant 0\n", D,
+                       forward ? "forward" : "backward", best, names[best], ms[best], ms[0]);
+        };
+        fastest(true, ATTN_FWD_NAMES, ATTN_FWD_VARIANTS);
+        fastest(false, ATTN_BWD_NAMES, ATTN_BWD_VARIANTS);
+    }
     printf("%s: %d failed checks\n", g_failures ? "FAIL" : "PASS", g_failures);
     return g_failures ? 1 : 0;
 }

@@ -13,7 +13,10 @@ Checks, per profile:
     stops with one error before allocating;
   * refusals, each one `error:` line and exit code 1, before anything is allocated: a card below compute
     capability 8.0 (T4); a binary without code for the card (EMU_BINARY_ARCH=90 on an RTX 4090); a kernel that
-    needs more shared memory than the card offers (EMU_SMEM_OPTIN); -b 32 for -d 24 on a 24 GB card (-n 1).
+    needs more shared memory than the card offers (EMU_SMEM_OPTIN); -b 32 for -d 24 on a 24 GB card (-n 1);
+    XSA_ATTN_BACKWARD past the variants;
+  * the attention kernels' variants of 128 rows and keys, picked by XSA_ATTN_FORWARD and XSA_ATTN_BACKWARD, where
+    the card holds them, and the first variants where it does not.
 And that a binary built for sm_80 starts on an sm_89 card, and one built for 80 and 90 on a B200 (the PTX).
 --table: also prints the README's table of default micro-batches and planned memory per card and depth.
 Run from the source tree (the embedded data). Ends with "N passed, N failed"; exit 1 on a failure.
@@ -49,7 +52,8 @@ def check(ok, what, detail=''):
 
 def run(binary, args, **env):
     e = dict(os.environ, XSA_DATA_DIR='none', OMP_NUM_THREADS='1')
-    e.pop('EMU_BINARY_ARCH', None), e.pop('EMU_SMEM_OPTIN', None)
+    for name in ('EMU_BINARY_ARCH', 'EMU_SMEM_OPTIN', 'XSA_ATTN_FORWARD', 'XSA_ATTN_BACKWARD'):  # (a caller's setting changes no verdict)
+        e.pop(name, None)
     e.update(env)
     r = subprocess.run([binary] + args, capture_output=True, text=True, env=e, timeout=600)
     return r.returncode, r.stdout, r.stderr
@@ -97,7 +101,7 @@ def main():
                 continue
             s = SMEM[D]
             dq = s['dq2'] if (double or D == 64) else s['dq1']
-            want = 'forward %d (64 rows), dq %d (K/V %s), dK/dV %d bytes' % (s['forward'], dq, 'double-buffered' if dq == s['dq2'] else 'single-buffered', s['dkdv'])
+            want = 'forward %d (64 rows), dq %d (64 rows, K/V %s), dK/dV %d (64 keys) bytes' % (s['forward'], dq, 'double-buffered' if dq == s['dq2'] else 'single-buffered', s['dkdv'])
             check(want in kern, '%s %s: attention kernels %s' % (card, model, want), '' if want in kern else kern or 'no kernel line')
             if mib > 0.85 * free:  # only where even one row does not fit: then a run stops before allocating
                 ok = rows == 1
@@ -129,6 +133,20 @@ def main():
     ok, line = one_error(*run(binary, MODELS['d24'] + ['-n', '1', '-b', '32', '--sample-every', '-1', '--core-every', '-1'],
                               EMU_DEVICE='rtx4090'), '32 rows per micro-batch need', 'fits')
     check(ok, 'RTX 4090, -d 24 -b 32: refused before allocating, with the -b that fits', line)
+    # the kernels' variants picked for a run (XSA_ATTN_FORWARD, XSA_ATTN_BACKWARD: what gpu_check's timings compare)
+    # at head_dim 128: those of 128 rows and keys where the card holds them (forward (128 + 4 x 64) rows, dq
+    # (2 x 128 + 2 x 2 x 64), dK/dV (2 x 128 + 4 x 32) + lse and delta), the first ones where it does not (99 KB)
+    big = {'forward': (128 + 4 * 64) * 136 * 2, 'dq': (2 * 128 + 4 * 64) * 136 * 2, 'dkdv': (2 * 128 + 4 * 32) * 136 * 2 + 4 * 32 * 4}
+    for key, card, want in [('h200', 'H200', 'forward %d (128 rows), dq %d (128 rows, K/V double-buffered), dK/dV %d (128 keys) bytes' %
+                             (big['forward'], big['dq'], big['dkdv'])),
+                            ('rtx4090', 'RTX 4090', 'forward %d (64 rows), dq %d (64 rows, K/V single-buffered), dK/dV %d (64 keys) bytes' %
+                             (SMEM[128]['forward'], SMEM[128]['dq1'], SMEM[128]['dkdv']))]:
+        rc, out, err = run(binary, MODELS['d12 hd128'] + BASE, EMU_DEVICE=key, XSA_ATTN_FORWARD='2', XSA_ATTN_BACKWARD='3')
+        kern = plan(out)[3]
+        check(rc == 0 and want in kern, '%s, head_dim 128, XSA_ATTN_FORWARD=2 XSA_ATTN_BACKWARD=3: %s' % (card, want),
+              '' if rc == 0 and want in kern else kern or (out + err)[-300:])
+    ok, line = one_error(*run(binary, MODELS['d12'] + BASE, EMU_DEVICE='h200', XSA_ATTN_BACKWARD='4'), 'XSA_ATTN_BACKWARD=4', '0 to 3')
+    check(ok, 'XSA_ATTN_BACKWARD=4: refused, naming the variants', line)
 
     if table:
         print('\n| card | ' + ' | '.join(MODELS) + ' |')
