@@ -90,6 +90,7 @@ RUNNER_FLAGS = {"--seed", "--data-seed", "-o", "--output", "--resume"}
 # settings that may differ between runs whatever the arms: where and how a run was computed
 FREE_SETTINGS = {"backend", "device", "xsa_fused"}
 CONFIDENCE = 0.95
+SIGNIFICANCE = 0.05  # a claim's verdict (claims_section): a Holm-adjusted p below it
 POWER, POWER_ALPHA = 0.80, 0.05  # the power line: 80% power, two-sided 0.05
 GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")  # a directory and a plot-file suffix
 
@@ -193,6 +194,23 @@ def paired(diffs):
     out["ci"] = (out["mean"] - half, out["mean"] + half)
     out["p"] = t_two_sided_p(out["mean"] / se, n - 1)
     return out
+
+
+def slope(xs, ys):
+    """The least-squares line of ys on xs: (slope, its CONFIDENCE interval, the t-test's p-value for slope 0,
+    df = n - 2), or None where it cannot be computed (fewer than 3 points, one x, or a perfect fit)."""
+    n = len(xs)
+    if n < 3 or len(set(xs)) < 2:
+        return None
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    rss = sum((y - my - b * (x - mx)) ** 2 for x, y in zip(xs, ys))
+    if rss == 0.0:
+        return None
+    se = math.sqrt(rss / (n - 2) / sxx)
+    half = t_quantile(0.5 + CONFIDENCE / 2.0, n - 2) * se
+    return b, (b - half, b + half), t_two_sided_p(b / se, n - 2), n - 2
 
 
 def holm(pvalues):
@@ -320,6 +338,12 @@ def load_study(path):
         choices = [k for k, _, _ in METRICS if k not in NOT_PRIMARY and ("sft" in study or k not in ("sft_val_bpb", "chatcore"))]
         if study["primary"] not in choices:
             raise StudyError(f"'{path}': 'primary' must be one of {', '.join(choices)} (the default: val_bpb)")
+    if "claims" in study:
+        claims, baseline = study["claims"], next(iter(study["arms"]))
+        if (not isinstance(claims, dict) or "xsa" not in claims or not set(claims) <= {"xsa", "learnable"} or
+                any(a not in study["arms"] or a == baseline for a in claims.values())):
+            raise StudyError(f"'{path}': 'claims' must be an object {{\"xsa\": ARM, \"learnable\": ARM}} (learnable optional) naming "
+                             f"arms other than the baseline '{baseline}'")
     if "core_final" in study:
         words = shlex.split(study["core_final"]) if isinstance(study["core_final"], str) else []
         if "-c" not in words or any(w in ("-e", "-o") for w in words):
@@ -750,11 +774,97 @@ def report(study, out_dir, runs, analysis, idle, unchecked):
                 lines.append(f"* {arm}: " + (f"{num(w[0], 4, True)}, 95% CI [{num(w[1][0], 4, True)}, {num(w[1][1], 4, True)}], "
                                              f"Welch p {pval(w[2])}" if w else "n/a (needs 2+ pairs in both groups)"))
         lines.append("")
+    if "claims" in study:
+        lines += claims_section(study, runs, analysis)
     path = os.path.join(out_dir, "report.md")
     with open(path + ".tmp", "w") as f:
         f.write("\n".join(lines) + "\n")
     os.replace(path + ".tmp", path)
     return path
+
+
+def verdict(c, claimed_lower):
+    """A claim's verdict from a paired comparison c (with its Holm-adjusted "holm"): "supports" where the adjusted
+    p is below SIGNIFICANCE and the difference goes the claimed way (lower, or higher), "contradicts" where it
+    goes the other way, else "cannot tell"."""
+    if c.get("holm") is None or c["holm"] >= SIGNIFICANCE:
+        return "cannot tell"
+    return "supports" if (c["mean"] < 0) == claimed_lower else "contradicts"
+
+
+def effect_text(c, key):
+    """'+0.0045 (+0.25%), 95% CI [+0.0005, +0.0086], Holm p 0.107, worse 5 / better 0 of 5'"""
+    if not c["n"]:
+        return "no pairs yet"
+    return (f"{num(c['mean'], digits_of(key), True)} ({relative(c['mean'], c['base_mean'])}), 95% CI {interval(c, key)}, "
+            f"Holm p {pval(c.get('holm'))}, {sides(c)}")
+
+
+def claims_section(study, runs, analysis):
+    """The report's reading of the XSA study's claims (study["claims"] names the XSA arm and the learnable one),
+    each by verdict()'s rule."""
+    arms = list(study["arms"])
+    base, key = arms[0], primary_of(study)
+    xsa, learn = study["claims"]["xsa"], study["claims"].get("learnable")
+    groups = [g for g, _ in groups_of(study)]
+
+    def where(g):
+        layers = group_layers(runs[g])
+        return (f"{g} ({layers} layers)" if layers else g) if g else "the study"
+
+    lines = ["## The study's claims at this scale", "",
+             f"Each claim is read from the tables above by one rule, fixed before the results: a paired difference **supports** "
+             f"a claim where its Holm-adjusted p is below {SIGNIFICANCE} and it goes the claimed way, **contradicts** it where "
+             f"the adjusted p is below {SIGNIFICANCE} and it goes the other way, and otherwise this study **cannot tell** (the "
+             f"power lines above say how small an effect it could have seen). The XSA arm is **{xsa}**"
+             + (f", the learnable one **{learn}**." if learn else "."), ""]
+    finished = sum(len(runs[g][a]) for g in groups for a in (xsa, learn) if a)
+    loss = "; ".join(f"{where(g)} {effect_text(analysis[g]['secondary'][xsa]['train_loss'], 'train_loss')}" for g in groups
+                     if "train_loss" in analysis[g]["secondary"][xsa] and analysis[g]["secondary"][xsa]["train_loss"]["n"])
+    lines.append(f"1. *Training is stable under Muon: no divergence, no NaN, loss curves close to the baseline's.* "
+                 f"**{'Supports' if finished else 'Cannot tell'}** no divergence: {finished} run{'s' if finished != 1 else ''} with XSA "
+                 "finished (train_gpt stops a run at the first non-finite loss, gradient or weight, and the study stops with it)."
+                 + (f" The training loss over the last 10% of steps, {xsa} − {base}: {loss}." if loss else ""))
+    claim = [f"{where(g)}: no pairs yet" if not analysis[g]["primary"][xsa]["n"] else
+             f"{where(g)}: **{verdict(analysis[g]['primary'][xsa], True)}**, {effect_text(analysis[g]['primary'][xsa], key)}"
+             + (f"; detectable at 80% power: {num(analysis[g]['primary'][xsa]['detectable'])} "
+                f"({relative(analysis[g]['primary'][xsa]['detectable'], analysis[g]['primary'][xsa]['base_mean']).lstrip('+')})"
+                if analysis[g]["primary"][xsa]["detectable"] is not None else "") for g in groups]
+    lines.append(f"2. *XSA improves held-out {LABEL[key]} (the study: -0.32% at d12, -0.31% at d24).* " + "; ".join(claim) + ".")
+    points = [(group_layers(runs[g]), d) for g in groups for d in analysis[g]["primary"][xsa]["diffs"] if group_layers(runs[g])]
+    fit = slope([x for x, _ in points], [y for _, y in points])
+    depths = sorted({x for x, _ in points})
+    if fit:
+        lines.append(f"3. *XSA's effect depends on depth.* **{'Supports' if fit[2] < SIGNIFICANCE else 'Cannot tell'}**: the per-seed "
+                     f"{LABEL[key]} differences against the number of layers ({len(points)} pairs at depths "
+                     f"{', '.join(map(str, depths))}; least squares, one test) change by {num(fit[0], 4, True)} per layer, 95% CI "
+                     f"[{num(fit[1][0], 4, True)}, {num(fit[1][1], 4, True)}], p {pval(fit[2])}.")
+    else:
+        lines.append(f"3. *XSA's effect depends on depth.* **Cannot tell**: a slope needs pairs at two depths or more and 3 pairs "
+                     f"in all ({len(points)} at depths {', '.join(map(str, depths)) or 'none'}).")
+    diag = []
+    for g in groups:
+        sec = analysis[g]["secondary"][xsa]
+        parts = [f"{what} **{verdict(sec[k], True)}**, {effect_text(sec[k], k)}" for k, what in
+                 (("self_weight", "self weight"), ("cos_yv", "cos(y, v)")) if k in sec]
+        if parts:
+            diag.append(f"{where(g)}: " + "; ".join(parts))
+    lines.append("4. *Attention shows reduced self-alignment and reduced diagonal behaviour under XSA.* The attention's own weight "
+                 "on its token (self weight) and the alignment of its output with the token's value before XSA (cos(y, v)), "
+                 f"{xsa} − {base} (cos(z, v) after XSA is 0 by construction at alpha 1 and says nothing): "
+                 + ("; ".join(diag) if diag else "no diagnostics yet") + ".")
+    if learn:
+        parts = []
+        for g in groups:
+            alphas = [v["learned_alpha"] for v in analysis[g]["values"][learn].values() if v.get("learned_alpha") is not None]
+            band = paired(alphas)
+            a = (f"alpha ends at {num(band['mean'], 3)}" + (f", 95% CI [{num(band['ci'][0], 3)}, {num(band['ci'][1], 3)}]" if band["ci"] else "")
+                 + f" (mean over layers and heads, {len(alphas)} seed{'s' if len(alphas) != 1 else ''})") if alphas else "no runs yet"
+            c = analysis[g]["primary"][learn]
+            parts.append(f"{where(g)}: {a}; {LABEL[key]} **{verdict(c, True)}**, {effect_text(c, key)}" if c["n"] else f"{where(g)}: no pairs yet")
+        lines.append(f"5. *A learnable alpha (this project's question, not a claim of the study): where training takes it, and "
+                     f"whether it improves {LABEL[key]}.* " + "; ".join(parts) + ".")
+    return lines + [""]
 
 
 def same_order_note(runs, shared):

@@ -191,6 +191,28 @@ class TestStatistics(unittest.TestCase):
                 self.assertAlmostEqual(r["ci"][0], ci.low, delta=1e-9)
                 self.assertAlmostEqual(r["ci"][1], ci.high, delta=1e-9)
 
+    def test_slope_against_linregress(self):
+        from scipy import stats
+        rng = random.Random(5)
+        cases = [([2, 2, 3, 3, 4, 4], [0.007, 0.005, 0.016, 0.012, 0.020, 0.025]), ([1.0, 2.0, 3.0], [0.5, 0.4, 0.9])]
+        for _ in range(20):
+            xs = [rng.choice((2, 3, 4, 6)) for _ in range(rng.randint(3, 15))]
+            if len(set(xs)) > 1:
+                cases.append((xs, [0.001 * x + rng.gauss(0, 0.003) for x in xs]))
+        for xs, ys in cases:
+            with self.subTest("slope of %s on %s" % (ys, xs)):
+                b, (lo, hi), p, df = study.slope(xs, ys)
+                ref = stats.linregress(xs, ys)
+                half = stats.t.ppf(0.975, len(xs) - 2) * ref.stderr
+                self.assertAlmostEqual(b, ref.slope, delta=1e-12)
+                self.assertAlmostEqual(p, ref.pvalue, delta=1e-10)
+                self.assertEqual(df, len(xs) - 2)
+                self.assertAlmostEqual(lo, ref.slope - half, delta=1e-9)
+                self.assertAlmostEqual(hi, ref.slope + half, delta=1e-9)
+        self.assertIsNone(study.slope([1, 2], [0.1, 0.2]))          # 2 points: no residual degrees of freedom
+        self.assertIsNone(study.slope([3, 3, 3], [0.1, 0.2, 0.3]))  # one depth
+        self.assertIsNone(study.slope([1, 2, 3], [1.0, 2.0, 3.0]))  # a perfect fit: no spread to test against
+
     def test_power_against_noncentral_t(self):
         from scipy import stats
         for n in (2, 3, 5, 8, 20):
@@ -307,6 +329,55 @@ class TestReport(xsatest.TempDirTest):
             self.assertIn("Welch p %.3g" % ref.pvalue, depth)
         with self.subTest("the primary's Holm family: every group and arm"):
             self.assertIn("Holm p (2)", report)
+
+    def test_claims(self):
+        """The claims section: each verdict by its rule (Holm p < 0.05 the claimed way supports, the other way
+        contradicts, else cannot tell), the depth slope as scipy's linregress, the learned alpha's end, the finished runs."""
+        from scipy import stats
+        effect = {"d1": [0.010, 0.011, 0.009, 0.012], "d3": [-0.010, -0.011, -0.012, -0.009]}
+        learn = {"d1": [0.003, -0.004, 0.001, 0.0], "d3": [-0.002, 0.002, -0.001, 0.003]}
+        for g, layers in (("d1", 1), ("d3", 3)):
+            for s in (1, 2, 3, 4):
+                b = 1.8 + 0.01 * s
+                write_run(self.path("out", g, "baseline", f"seed_{s}"), s, b, layers=layers)
+                write_run(self.path("out", g, "xsa", f"seed_{s}"), s, b + effect[g][s - 1], alpha=1.0, layers=layers)
+                write_run(self.path("out", g, "learn", f"seed_{s}"), s, b + learn[g][s - 1], learnable=True, layers=layers)
+        spec = {"name": "t", "base": "", "arms": {"baseline": "", "xsa": "-x 1", "learn": "-x learn"}, "seeds": [1, 2, 3, 4],
+                "groups": {"d1": "-d 1", "d3": "-d 3"}, "claims": {"xsa": "xsa", "learnable": "learn"}}
+        claims = section(self.report_only(spec), "The study's claims at this scale")
+        items = {m.group(1): m.group(2) for m in re.finditer(r"^(\d)\. (.*)$", claims, re.M)}
+        self.assertEqual(sorted(items), ["1", "2", "3", "4", "5"], claims)
+        pvalues = [stats.ttest_rel([1.8 + 0.01 * s + effect[g][s - 1] for s in (1, 2, 3, 4)], [1.8 + 0.01 * s for s in (1, 2, 3, 4)]).pvalue
+                   for g in ("d1", "d3")]
+        pvalues += [stats.ttest_rel([1.8 + 0.01 * s + learn[g][s - 1] for s in (1, 2, 3, 4)], [1.8 + 0.01 * s for s in (1, 2, 3, 4)]).pvalue
+                    for g in ("d1", "d3")]
+        adjusted = study.holm(pvalues)  # the primary's family: both groups, both arms
+        self.assertLess(max(adjusted[:2]), 0.05)
+        self.assertGreater(min(adjusted[2:]), 0.05)
+        with self.subTest("bpb: worse at d1 contradicts, better at d3 supports, each with its Holm p"):
+            self.assertRegex(items["2"], r"d1 \(1 layers\): \*\*contradicts\*\*, \+0\.0105 .*Holm p %s" % re.escape(study.pval(adjusted[0])))
+            self.assertRegex(items["2"], r"d3 \(3 layers\): \*\*supports\*\*, -0\.0105 .*Holm p %s" % re.escape(study.pval(adjusted[1])))
+        with self.subTest("depth: the per-seed differences against the layers, scipy's linregress"):
+            xs, ys = [1] * 4 + [3] * 4, effect["d1"] + effect["d3"]
+            ref = stats.linregress(xs, ys)
+            half = stats.t.ppf(0.975, 6) * ref.stderr
+            self.assertIn("**Supports**: the per-seed final val bpb differences against the number of layers (8 pairs at depths 1, 3; "
+                          "least squares, one test) change by %+.4f per layer, 95%% CI [%+.4f, %+.4f], p %s."
+                          % (ref.slope, ref.slope - half, ref.slope + half, study.pval(ref.pvalue)), items["3"])
+        with self.subTest("the learnable arm: cannot tell, and where alpha ends (layers x heads, every seed alike)"):
+            end = {1: (0.1 + 0.08) / 2, 3: sum(0.1 * (l + 1) + 0.08 * (l + 1) for l in range(3)) / 6}
+            for g, layers in (("d1", 1), ("d3", 3)):
+                self.assertRegex(items["5"], r"%s \(%d layers\): alpha ends at %.3f \(mean over layers and heads, 4 seeds\); "
+                                 r"final val bpb \*\*cannot tell\*\*" % (g, layers, end[layers]))
+        with self.subTest("diagnostics without spread (the same in every seed): cannot tell"):
+            self.assertIn("self weight **cannot tell**, +0.0200", items["4"])
+        with self.subTest("stability: the XSA runs that finished"):
+            self.assertIn("**Supports** no divergence: 16 runs with XSA finished", items["1"])
+        with self.subTest("the verdict rule itself"):
+            for c, lower, want in (({"holm": 0.01, "mean": -1.0}, True, "supports"), ({"holm": 0.01, "mean": 1.0}, True, "contradicts"),
+                                   ({"holm": 0.01, "mean": 1.0}, False, "supports"), ({"holm": 0.05, "mean": -1.0}, True, "cannot tell"),
+                                   ({"holm": None, "mean": -1.0}, True, "cannot tell")):
+                self.assertEqual(study.verdict(c, lower), want, c)
 
     def test_committed_study(self):
         """The committed CPU-scale study read paired: alpha 1 worse by +0.0045 bpb, 95% CI [+0.0005, +0.0086], p 0.036, 5 of 5 seeds."""
@@ -512,7 +583,9 @@ class TestRunner(xsatest.TempDirTest):
                     ({"groups": {"a/b": "-d 2"}}, "group 'a/b' must be a name of letters"),
                     ({"groups": {}}, "'groups' must be a non-empty object"),
                     ({"primary": "loss"}, "'primary' must be one of val_bpb, best_val_bpb, train_loss, core, core_final, cos_zv"),
-                    ({"primary": "chatcore"}, "'primary' must be one of")]
+                    ({"primary": "chatcore"}, "'primary' must be one of"),
+                    ({"claims": {"xsa": "baseline"}}, "'claims' must be an object"),
+                    ({"claims": {"learnable": "x"}}, "'claims' must be an object")]
         for extra, expect in refusals:
             self.write("bad.json", json.dumps({"name": "t", "base": BASE, "arms": {"baseline": ""}, "seeds": [1, 2], **extra}))
             check_one_error(self, STUDY + [self.path("bad.json")], expect, anywhere=True)
