@@ -17,7 +17,8 @@ The study file (JSON; examples in dev/studies/):
                                                         # every GPU; for one run on all GPUs put --ranks N in "base")
      "note": "optional: what the study is for and how to prepare its data (the report's first paragraph)",
      "sft": "--sft DIR ...",                            # optional: SFT (+ ChatCORE) of every finished run
-     "core_final": "-c DIR"}                            # optional: full CORE of every finished run (eval_core, all items)
+     "core_final": "-c DIR",                            # optional: full CORE of every finished run (eval_core, all items)
+     "claims": {"xsa": "xsa", "learnable": "learn"}}    # optional: the XSA study's claims read from the results (learnable optional)
 Runs go to DIR/ARM/seed_S (DIR defaults to dev/studies/out/NAME); in a study with "groups", to
 DIR/GROUP/ARM/seed_S, each run with the flags base + GROUP's + ARM's. With "sft", each finished run is then
 fine-tuned from its last checkpoint by `chat_sft SFT_FLAGS --init-from ... -o RUN_DIR/sft` (chat_sft beside the
@@ -52,7 +53,12 @@ The analysis (per group), the report's sections in order:
     pairing, and is what a study with unpaired runs would give);
   * with groups, the depth series: the primary effect per group, and per arm the change of the effect from
     the first group to the last (Welch's test on the per-seed differences: different groups are different
-    runs, not pairs).
+    runs, not pairs);
+  * with "claims", the XSA study's claims (stable training, bpb improves, the effect depends on depth,
+    reduced self-alignment and diagonal behaviour) and the learnable alpha, each read by one rule (verdict): a
+    difference supports a claim where its Holm-adjusted p is below 0.05 the claimed way, contradicts it where
+    it is below the other way, else the study cannot tell; the depth claim by the least-squares slope of the
+    per-seed differences against the number of layers (one t-test, df n - 2).
 The median ms per step is reported but not tested, and cost.png is not drawn, unless --idle-machine says
 every run had its machine to itself (a shared machine's load, not XSA, decides step times).
 
