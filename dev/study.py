@@ -843,7 +843,8 @@ def claims_section(study, runs, analysis):
     if fit:
         lines.append(f"3. *XSA's effect depends on depth.* **{'Supports' if fit[2] < SIGNIFICANCE else 'Cannot tell'}**: the per-seed "
                      f"{LABEL[key]} differences against the number of layers ({len(points)} pairs at depths "
-                     f"{', '.join(map(str, depths))}; least squares, one test) change by {num(fit[0], 4, True)} per layer, 95% CI "
+                     f"{', '.join(map(str, depths))}; least squares, one test, which takes the pairs as independent though a "
+                     f"seed's runs at every depth share its data order) change by {num(fit[0], 4, True)} per layer, 95% CI "
                      f"[{num(fit[1][0], 4, True)}, {num(fit[1][1], 4, True)}], p {pval(fit[2])}.")
     else:
         lines.append(f"3. *XSA's effect depends on depth.* **Cannot tell**: a slope needs pairs at two depths or more and 3 pairs "

@@ -362,7 +362,8 @@ class TestReport(xsatest.TempDirTest):
             ref = stats.linregress(xs, ys)
             half = stats.t.ppf(0.975, 6) * ref.stderr
             self.assertIn("**Supports**: the per-seed final val bpb differences against the number of layers (8 pairs at depths 1, 3; "
-                          "least squares, one test) change by %+.4f per layer, 95%% CI [%+.4f, %+.4f], p %s."
+                          "least squares, one test, which takes the pairs as independent though a seed's runs at every depth share its "
+                          "data order) change by %+.4f per layer, 95%% CI [%+.4f, %+.4f], p %s."
                           % (ref.slope, ref.slope - half, ref.slope + half, study.pval(ref.pvalue)), items["3"])
         with self.subTest("the learnable arm: cannot tell, and where alpha ends (layers x heads, every seed alike)"):
             end = {1: (0.1 + 0.08) / 2, 3: sum(0.1 * (l + 1) + 0.08 * (l + 1) for l in range(3)) / 6}
