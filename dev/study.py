@@ -2,7 +2,7 @@
 """A study as one command: every (arm, seed) of a study file, and optionally every depth group, trained by
 train_gpt into its own directory; then the report (DIR/report.md) and its plots.
 
-    python3 dev/study.py STUDY.json [--out DIR] [--binary ./train_gpt] [--max-runs K] [--report-only] [--idle-machine]
+    python3 dev/study.py STUDY.json [--out DIR] [--binary ./train_gpt] [--max-runs K] [--report-only] [--no-plots] [--idle-machine]
 
 The study file (JSON; examples in dev/studies/):
     {"name": "...", "base": "train_gpt flags shared by every run",
@@ -1211,6 +1211,7 @@ def main(argv=None):
     p.add_argument("--binary", default="./train_gpt", help="the trainer (default ./train_gpt, as make train_gpt builds it)")
     p.add_argument("--max-runs", type=int, default=-1, help="run at most K runs this time, then write the report (default: all)")
     p.add_argument("--report-only", action="store_true", help="no runs: the report from the finished runs")
+    p.add_argument("--no-plots", action="store_true", help="write report.md only (no matplotlib, quicker)")
     p.add_argument("--idle-machine", action="store_true",
                    help="every run had its machine to itself: compare the ms per step as a cost and draw cost.png")
     args = p.parse_args(argv)
@@ -1252,7 +1253,7 @@ def main(argv=None):
         unchecked = {g: s for g, _ in groups_of(study) if (s := check_matched(study, runs[g], g))}
         analysis = analyse(study, runs, args.idle_machine)
         path = report(study, out_dir, runs, analysis, args.idle_machine, unchecked)
-        if any(r for by_arm in runs.values() for r in by_arm.values()):
+        if not args.no_plots and any(r for by_arm in runs.values() for r in by_arm.values()):
             try:
                 import matplotlib
                 matplotlib.use("Agg")

@@ -237,7 +237,7 @@ class TestReport(xsatest.TempDirTest):
 
     def report_only(self, spec, *extra):
         self.write("study.json", json.dumps(spec))
-        code, out = run(STUDY + [self.path("study.json"), "--out", self.path("out"), "--report-only"] + list(extra))
+        code, out = run(STUDY + [self.path("study.json"), "--out", self.path("out"), "--report-only", "--no-plots"] + list(extra))
         self.assertEqual(code, 0, out)
         return xsatest.read(self.path("out", "report.md")).decode()
 
@@ -384,7 +384,7 @@ class TestReport(xsatest.TempDirTest):
         """The committed CPU-scale study read paired: alpha 1 worse by +0.0045 bpb, 95% CI [+0.0005, +0.0086], p 0.036, 5 of 5 seeds."""
         out = self.path("gcide_cpu")
         shutil.copytree(COMMITTED, out, ignore=shutil.ignore_patterns("*.png", "*.md"))
-        code, text = run(STUDY + [os.path.join(xsatest.REPO, "dev", "studies", "gcide_cpu.json"), "--out", out, "--report-only"])
+        code, text = run(STUDY + [os.path.join(xsatest.REPO, "dev", "studies", "gcide_cpu.json"), "--out", out, "--report-only", "--no-plots"])
         self.assertEqual(code, 0, text)
         report = xsatest.read(os.path.join(out, "report.md")).decode()
         cells = row(section(report, "Primary: final val bpb"), "xsa_1")
