@@ -16,6 +16,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import xsatest  # noqa: E402
+RUN_ALONE = "a second signal must end the run within 1 s"  # dev/test/run_tests.py runs it when nothing else runs
 
 TINY = ("-d 1 --dim 32 --heads 2 -t 32 -b 2 -B 128 --warmup-steps 2 --eval-every 5 --eval-tokens 256 "
         "--sample-every -1 --core-every -1").split()

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""The test runner itself (dev/test/run_tests.py) on made-up suites: with --jobs 2 two suites run at the same
+time, a suite marked RUN_ALONE runs while nothing else does, each suite's lines come out together (not
+interleaved), the totals are the sums of the suites' own, a C++ suite that crashes before its total line
+counts its printed checks and one failed check for the crash, and --jobs 1 runs one suite at a time. Standard library only.
+
+    python3 dev/test/test_run_tests.py        (or all suites: make test)
+"""
+import os
+import re
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import xsatest  # noqa: E402
+
+RUNNER = os.path.join(xsatest.REPO, "dev", "test", "run_tests.py")
+
+# A Python suite of two tests that each write the time they ran ([start, end]) to WINDOWS/<suite>.<test>;
+# {alone} is empty or a RUN_ALONE line
+PY_SUITE = '''import os, time, unittest
+{alone}
+WINDOWS = {windows!r}
+class T(unittest.TestCase):
+    def record(self, name):
+        t0 = time.time()
+        time.sleep(0.4)
+        with open(os.path.join(WINDOWS, "{suite}." + name), "w") as f:
+            f.write("%r %r" % (t0, time.time()))
+    def test_a(self):
+        """{suite} a"""
+        self.record("a")
+    def test_b(self):
+        """{suite} b"""
+        self.record("b")
+        self.assertTrue({b_passes}, "{suite} b fails on purpose")
+'''
+
+# A C++ suite stand-in: prints two checks and dies by a signal before its total line
+CRASHING_CPP = "#!/bin/sh\necho 'PASS first'\necho 'PASS second'\nkill -SEGV $$\n"
+
+
+class Runner(xsatest.TempDirTest):
+    PREFIX = "xsa_run_tests_"
+
+    def setUp(self):
+        super().setUp()
+        os.makedirs(self.path("windows"))
+        for suite, alone, b_passes in (("test_p", "", True), ("test_q", "", False), ("test_r", 'RUN_ALONE = "timing"', True)):
+            with open(self.path(suite + ".py"), "w") as f:
+                f.write(PY_SUITE.format(alone=alone, windows=self.path("windows"), suite=suite, b_passes=b_passes))
+        with open(self.path("crash.sh"), "w") as f:
+            f.write(CRASHING_CPP)
+        os.chmod(self.path("crash.sh"), 0o755)
+
+    def run_runner(self, *args):
+        p = subprocess.run([sys.executable, RUNNER, "--cpp", self.path("crash.sh"), "--python", self.path("test_*.py")] + list(args),
+                           cwd=xsatest.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        return p.returncode, p.stdout.decode()
+
+    def windows(self):
+        """suite -> (its first test's start, its last test's end)"""
+        spans = {}
+        for name in os.listdir(self.path("windows")):
+            with open(self.path("windows", name)) as f:
+                t0, t1 = map(float, f.read().split())
+            suite = name.split(".")[0]
+            lo, hi = spans.get(suite, (t0, t1))
+            spans[suite] = (min(lo, t0), max(hi, t1))
+            os.remove(self.path("windows", name))
+        return spans
+
+    @staticmethod
+    def overlap(a, b):
+        return a[0] < b[1] and b[0] < a[1]
+
+    def test_jobs(self):
+        code, out = self.run_runner("--jobs", "2")
+        spans = self.windows()
+        with self.subTest("--jobs 2: the totals are the suites' sums; the crash is one more failed check; exit code 1"):
+            self.assertEqual(code, 1, out)
+            # crash.sh: 2 passed + the crash; test_p 2 passed; test_q 1 passed, 1 failed; test_r 2 passed
+            self.assertEqual(out.rstrip().split("\n")[-1], "7 passed, 2 failed", out)
+            self.assertRegex(out, r"FAIL C\+\+ suite \S*crash.sh exited with code -11 before its total line")
+        with self.subTest("--jobs 2: two suites run at the same time, the RUN_ALONE one while nothing else runs"):
+            self.assertEqual(sorted(spans), ["test_p", "test_q", "test_r"], out)
+            self.assertTrue(self.overlap(spans["test_p"], spans["test_q"]), (spans, out))
+            self.assertFalse(self.overlap(spans["test_r"], spans["test_p"]) or self.overlap(spans["test_r"], spans["test_q"]), (spans, out))
+        with self.subTest("--jobs 2: each suite's lines together, under its own header"):
+            blocks = re.split(r"^== ", out, flags=re.M)
+            for suite in ("test_p", "test_q", "test_r"):
+                block = [b for b in blocks if b.startswith(self.path(suite + ".py")) or b.startswith(os.path.relpath(self.path(suite + ".py"), xsatest.REPO))]
+                self.assertEqual(len(block), 1, out)
+                self.assertEqual(re.findall(r"^(?:PASS|FAIL) (\S+) ", block[0], flags=re.M), [suite, suite], out)
+        code, out = self.run_runner("--jobs", "1")
+        spans = self.windows()
+        with self.subTest("--jobs 1: the same totals, one suite at a time"):
+            self.assertEqual((code, out.rstrip().split("\n")[-1]), (1, "7 passed, 2 failed"), out)
+            self.assertFalse(self.overlap(spans["test_p"], spans["test_q"]), (spans, out))
+
+    def test_bad_jobs(self):
+        for bad in ("0", "two"):
+            with self.subTest("--jobs %s: one error line, exit code 1" % bad):
+                p = subprocess.run([sys.executable, RUNNER, "--jobs", bad], cwd=xsatest.REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                self.assertEqual((p.returncode, p.stdout), (1, b""), p.stderr)
+                self.assertEqual(len(p.stderr.decode().strip().split("\n")), 1, p.stderr)
+                self.assertTrue(p.stderr.startswith(b"error: ") and b"--jobs" in p.stderr, p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
