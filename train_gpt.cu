@@ -2038,7 +2038,8 @@ struct Run {
     std::string out_dir;      // -o, or the --resume directory; "" = nothing written
     MetricsLog metrics;       // DIR/metrics.jsonl on rank 0
     double flops_per_step = 0.0, peak_flops = 0.0;
-    std::vector<double> step_ms;  // every timed step (not the first of a process: it pays for page faults)
+    std::vector<double> step_ms;  // every timed step of this process (not its first: it pays for page faults)
+    double step_ms_sum = 0.0;     // their sum (loop.train_ms also counts the steps before a resume)
     std::vector<double> optimizer_ms;  // the optimizer's part of each (StepResult::optimizer_ms)
     double start_ms = 0.0;        // when this process started training (the elapsed time in the step lines)
     double estimate_step_ms = 0.0;  // run_estimate's, until steps are timed (what a stop request says it waits for)
@@ -2334,6 +2335,13 @@ static void run_core(Run<Loader>* run, int step) {
     core_write_csv(core, run->out_dir + name);
 }
 
+// The mean time of this process's timed steps, or `untimed` before there are any. Only this process's: after a
+// resume, the steps before it ran at another time, maybe on another machine.
+template <typename Loader>
+static double mean_step_ms(const Run<Loader>* run, double untimed) {
+    return run->step_ms.empty() ? untimed : run->step_ms_sum / run->step_ms.size();
+}
+
 // One optimizer step, with its console line and metrics line. `first`: the first step of this process,
 // left out of the timings.
 template <typename Loader>
@@ -2348,12 +2356,12 @@ static void run_train_step(Run<Loader>* run, int step, bool first) {
     if (!first) {
         loop.train_ms += dt;
         run->step_ms.push_back(dt);
+        run->step_ms_sum += dt;
         run->optimizer_ms.push_back(result.optimizer_ms);
     }
     const int n = run->num_steps;
     const double tok_per_s = (double)run->plan.total_batch / (dt / 1000.0);
-    const double mean_ms = run->step_ms.empty() ? dt : loop.train_ms / run->step_ms.size();  // the first step alone, until others are timed
-    const double eta_min = (n - step - 1) * mean_ms / 60000.0, elapsed_min = (wall_ms() - run->start_ms) / 60000.0;
+    const double eta_min = (n - step - 1) * mean_step_ms(run, dt) / 60000.0, elapsed_min = (wall_ms() - run->start_ms) / 60000.0;
     const double flops_per_s = run->flops_per_step / (dt / 1000.0);
     const double mfu = run->peak_flops > 0 ? flops_per_s / run->peak_flops : NAN;  // a CPU, or an unknown GPU: no MFU, not a made-up one
     char mfu_text[32] = "n/a";
@@ -2455,7 +2463,7 @@ static void run_begin(Run<Loader>* run, int argc, char** argv) {
 template <typename Loader>
 static void run_stop_texts(Run<Loader>* run, int step) {
     if (run->out_dir.empty()) return;  // g_stop_at_once stays set
-    const double ms = run->step_ms.empty() ? run->estimate_step_ms : run->loop.train_ms / run->step_ms.size();
+    const double ms = mean_step_ms(run, run->estimate_step_ms);
     char about[64] = "";
     if (ms > 0) snprintf(about, sizeof about, ", about %.0f s", ms / 1000.0);
     stop_texts_set("stop requested: finishing step " + std::to_string(step + 1) + " of " + std::to_string(run->num_steps) + about +

@@ -1,7 +1,7 @@
 """What a user sees of a run: output that reaches a pipe as it is printed, the estimate of the run's time
 before training (and the warning past a day), the memory plan checked against the machine (a plan that
 does not fit is refused with a -b that fits), progress lines while evaluations run, the step line's
-fields, and the messages that help with a mistyped command. Standard library only; run with `make test`.
+fields, the ETA of a resumed run (from its own steps), and the messages that help with a mistyped command. Standard library only; run with `make test`.
 """
 import os
 import re
@@ -24,34 +24,42 @@ def train(*args):
     return xsatest.run([xsatest.binary("train_gpt_cpu")] + list(args))
 
 
+def start_train(*args):
+    return subprocess.Popen([xsatest.binary("train_gpt_cpu")] + list(args), cwd=xsatest.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def read_until(p, wanted, seconds=60):
+    """Reads p's output line by line as it comes until each of `wanted` (name -> predicate of a line) matched a
+    line, the output ended or `seconds` passed; returns (the lines, name -> seconds from the start to its line)."""
+    lines, seen, buffered = [], {}, b""
+    start = time.time()
+    while len(seen) < len(wanted) and time.time() - start < seconds:
+        ready, _, _ = select.select([p.stdout], [], [], 1.0)
+        if not ready:
+            continue
+        chunk = os.read(p.stdout.fileno(), 65536)
+        if not chunk:
+            break
+        buffered += chunk
+        while b"\n" in buffered:
+            line, buffered = buffered.split(b"\n", 1)
+            line = line.decode("utf-8", "replace")
+            lines.append(line)
+            for name, match in wanted.items():
+                if name not in seen and match(line):
+                    seen[name] = time.time() - start
+    return lines, seen
+
+
 class LiveRun(unittest.TestCase):
     """A run that would take days, read through a pipe while it runs, then stopped with SIGTERM."""
 
     def test_pipe_estimate_steps_and_stop(self):
-        argv = [xsatest.binary("train_gpt_cpu")] + TINY + ["-n", "100000000", "--eval-every", "100000"]
-        p = subprocess.Popen(argv, cwd=xsatest.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        p = start_train(*TINY, "-n", "100000000", "--eval-every", "100000")
         self.addCleanup(p.kill)
-        lines, seen = [], {}
-        start = time.time()
-        wanted = {"first line": lambda l: True, "estimate": lambda l: l.startswith("estimate (one micro-step timed: "),
-                  "warning past a day": lambda l: l.startswith("warning: this run would take about ") and "days" in l,
-                  "step 3": lambda l: l.startswith("step 3/100000000 ")}
-        buffered = b""
-        while len(seen) < len(wanted) and time.time() - start < 60:
-            ready, _, _ = select.select([p.stdout], [], [], 1.0)
-            if not ready:
-                continue
-            chunk = os.read(p.stdout.fileno(), 65536)
-            if not chunk:
-                break
-            buffered += chunk
-            while b"\n" in buffered:
-                line, buffered = buffered.split(b"\n", 1)
-                line = line.decode("utf-8", "replace")
-                lines.append(line)
-                for name, match in wanted.items():
-                    if name not in seen and match(line):
-                        seen[name] = time.time() - start
+        lines, seen = read_until(p, {"first line": lambda l: True, "estimate": lambda l: l.startswith("estimate (one micro-step timed: "),
+                                     "warning past a day": lambda l: l.startswith("warning: this run would take about ") and "days" in l,
+                                     "step 3": lambda l: l.startswith("step 3/100000000 ")})
         p.send_signal(signal.SIGTERM)
         rest = p.communicate(timeout=60)[0].decode("utf-8", "replace")
         transcript = "\n".join(lines[-20:]) + "\n" + rest
@@ -79,6 +87,35 @@ class LiveRun(unittest.TestCase):
         with self.subTest("SIGTERM without -o (nothing to save): exit 143 at once, with a line saying so"):
             self.assertEqual(p.returncode, 143, transcript)
             self.assertIn("stopped at once: nothing to save (no -o", rest)
+
+
+class ResumedRun(xsatest.TempDirTest):
+    PREFIX = "xsa_user_output_"
+    STEP_LINE = re.compile(r"^step (\d+)/(\d+) .*\| ([\d.]+) ms \| .* min, ETA ([\d.]+) min$")
+
+    def test_eta_after_resume(self):
+        """a run resumed at step 100: the ETA of its step lines is the steps left times the mean of this process's timed
+        steps (the first of a process is not timed), not of the training time before the resume too (7 times too long)"""
+        out = self.path("run")
+        first = start_train(*TINY, "--dim", "64", "-n", "50000", "--eval-every", "100000", "-o", out)
+        self.addCleanup(first.kill)
+        lines, seen = read_until(first, {"step 100": lambda l: l.startswith("step 100/")})
+        first.send_signal(signal.SIGTERM)
+        lines += first.communicate(timeout=60)[0].decode("utf-8", "replace").split("\n")
+        self.assertIn("step 100", seen, "\n".join(lines[-20:]))
+        resumed = start_train("--resume", out)
+        self.addCleanup(resumed.kill)
+        step_lines = []
+        lines, seen = read_until(resumed, {"15 steps": lambda l: bool(self.STEP_LINE.match(l) and step_lines.append(l) is None and len(step_lines) >= 15)})
+        resumed.send_signal(signal.SIGTERM)
+        resumed.communicate(timeout=60)
+        steps = [tuple(float(x) for x in m.groups()) for m in map(self.STEP_LINE.match, lines) if m]
+        self.assertGreaterEqual(len(steps), 15, "\n".join(lines[-20:]))
+        self.assertGreater(steps[0][0], 100, "\n".join(lines[-20:]))  # it went on after the checkpoint, not from the start
+        for i, (step, total, _, eta) in enumerate(steps[1:], 1):
+            timed = [ms for _, _, ms, _ in steps[1:i + 1]]
+            want = (total - step) * sum(timed) / len(timed) / 60000.0
+            self.assertLess(abs(eta - want), 0.15 * want + 0.06, "step %d: ETA %.1f min, want %.2f min\n%s" % (step, eta, want, "\n".join(lines[-20:])))
 
 
 class Memory(unittest.TestCase):
