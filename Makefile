@@ -336,7 +336,7 @@ $(SAN_DIR)/dev/data/bin/tokenize: dev/data/tokenize.cpp $(HEADERS)
 # test_faults), test_sft_train (the conversation files' parser is fuzzed with ASan: fuzz_conversations); the
 # Python-only suites; the log-reading ones. SAN_PY_SUITES=... make test-sanitize runs any of them.
 SAN_PY_SUITES ?= $(filter-out dev/test/test_gpu_check.py dev/test/test_python_env.py dev/test/test_schedules.py dev/test/test_user_output.py \
-                 dev/test/test_convert_nanochat.py dev/test/test_resume.py dev/test/test_sft_train.py,$(wildcard dev/test/test_*.py)) \
+                 dev/test/test_convert_nanochat.py dev/test/test_run_tests.py dev/test/test_resume.py dev/test/test_sft_train.py,$(wildcard dev/test/test_*.py)) \
                  dev/data/test_encoder.py
 test-sanitize:
 	@$(MAKE) --no-print-directory -j$(NPROC) $(SAN_BINS)
