@@ -147,14 +147,16 @@ def signalled(sig):
 
 
 def killed(times):
-    """kill -9 `times` times, each at a random time within 10..50% of the reference's duration, with a checkpoint
-    every step so that some kills land inside a checkpoint write; each start goes on from the last good
+    """kill -9 `times` times, each at a random time within 10..50% of the reference's duration after the start's first
+    step line (so that the kills land in training whatever the machine's load makes of the start-up), with a
+    checkpoint every step so that some kills land inside a checkpoint write; each start goes on from the last good
     checkpoint (or from scratch while there is none)."""
     def interrupt(test, config, ref, run):
         delays = []
         for _ in range(times):
             has_checkpoint = os.path.isdir(run.dir) and any(n.startswith("ckpt_") and n.endswith(".safetensors") for n in os.listdir(run.dir))
             p = start(config.argv(run.home, run.dir, "--resume" if has_checkpoint else "-o", "--save-every", "1"))
+            xsatest.read_until(p, {"training": lambda line: line.startswith("step ")}, TIMEOUT)
             delays.append(round(test.rng.uniform(0.1, 0.5) * ref.seconds, 2))
             time.sleep(delays[-1])
             p.kill()

@@ -5,15 +5,14 @@ fields, the ETA of a resumed run (from its own steps), and the messages that hel
 """
 import os
 import re
-import select
 import signal
 import subprocess
 import sys
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import xsatest  # noqa: E402
+from xsatest import read_until  # noqa: E402
 
 TINY = "-d 1 --dim 32 --heads 2 -t 32 -b 2 -B 128 --eval-tokens 256 --sample-every -1 --core-every -1".split()
 # a micro-batch of 100000 rows of 4096 tokens: about 8 TB of activations, more than any machine has
@@ -26,29 +25,6 @@ def train(*args):
 
 def start_train(*args):
     return subprocess.Popen([xsatest.binary("train_gpt_cpu")] + list(args), cwd=xsatest.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-
-
-def read_until(p, wanted, seconds=60):
-    """Reads p's output line by line as it comes until each of `wanted` (name -> predicate of a line) matched a
-    line, the output ended or `seconds` passed; returns (the lines, name -> seconds from the start to its line)."""
-    lines, seen, buffered = [], {}, b""
-    start = time.time()
-    while len(seen) < len(wanted) and time.time() - start < seconds:
-        ready, _, _ = select.select([p.stdout], [], [], 1.0)
-        if not ready:
-            continue
-        chunk = os.read(p.stdout.fileno(), 65536)
-        if not chunk:
-            break
-        buffered += chunk
-        while b"\n" in buffered:
-            line, buffered = buffered.split(b"\n", 1)
-            line = line.decode("utf-8", "replace")
-            lines.append(line)
-            for name, match in wanted.items():
-                if name not in seen and match(line):
-                    seen[name] = time.time() - start
-    return lines, seen
 
 
 class LiveRun(unittest.TestCase):

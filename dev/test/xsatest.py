@@ -7,12 +7,14 @@ directory; run them all with `make test` (dev/test/run_tests.py), or one with `p
 import importlib
 import json
 import os
+import select
 import shlex
 import shutil
 import struct
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -29,6 +31,30 @@ def run(argv, want_stdout=True, stdin=subprocess.DEVNULL):
         raise AssertionError("cannot run %s: %s (build it with make)" % (argv[0], e.strerror))
     out = p.stdout if want_stdout else p.stderr
     return p.returncode, out.decode("utf-8", "replace")
+
+
+def read_until(p, wanted, seconds=60):
+    """Reads a started process's output (p.stdout, a pipe) line by line as it comes until each of `wanted` (name ->
+    predicate of a line) matched a line, the output ended or `seconds` passed; returns (the lines, name -> seconds
+    from the start to its line). The rest stays in the pipe (p.communicate() reads it)."""
+    lines, seen, buffered = [], {}, b""
+    start = time.time()
+    while len(seen) < len(wanted) and time.time() - start < seconds:
+        ready, _, _ = select.select([p.stdout], [], [], 0.1)
+        if not ready:
+            continue
+        chunk = os.read(p.stdout.fileno(), 65536)
+        if not chunk:
+            break
+        buffered += chunk
+        while b"\n" in buffered:
+            line, buffered = buffered.split(b"\n", 1)
+            line = line.decode("utf-8", "replace")
+            lines.append(line)
+            for name, match in wanted.items():
+                if name not in seen and match(line):
+                    seen[name] = time.time() - start
+    return lines, seen
 
 
 def binary(name):
