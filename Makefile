@@ -54,7 +54,7 @@ CUDA_CHECKS = $(patsubst dev/cuda/%.cu,dev/cuda/bin/%,$(wildcard dev/cuda/*_chec
 # the Python that runs the tests (e.g. PYTHON=python3.12 make test); its packages decide what is skipped
 PYTHON ?= python3
 
-.PHONY: chat-tools all test test-all test-cuda fuzz-long test_cuda cuda_targets gpu_binaries bench clean train_gpt emu_test fuzz fuzz-build fuzz-seeds test-sanitize
+.PHONY: chat-tools all test test-python test-all test-cuda fuzz-long test_cuda cuda_targets gpu_binaries bench clean train_gpt emu_test fuzz fuzz-build fuzz-seeds test-sanitize
 
 all: train_gpt_cpu eval_core test_xsa_cpu test_infra_cpu
 
@@ -207,8 +207,13 @@ TEST_PYTHON = "$$($(PYTHON) dev/test/python_env.py)"
 TEST_BINS = test_xsa_cpu test_infra_cpu train_gpt_cpu eval_core $(CHAT_TOOLS) dev/data/bin/tokenize dev/data/bin/calc dev/data/bin/batches
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 test:
-	@$(MAKE) --no-print-directory -j$(NPROC) $(TEST_BINS)
+	@$(MAKE) --no-print-directory -j$(NPROC) $(TEST_BINS) test-python
 	$(TEST_PYTHON) dev/test/run_tests.py
+
+# the suites' Python (TEST_PYTHON) set up as one more job beside the binaries' builds, so that making build/venv (pip's
+# downloads and unpacking, 30-60 s on a fresh clone) overlaps the compiling; TEST_PYTHON then finds it made
+test-python:
+	@$(PYTHON) dev/test/python_env.py > /dev/null
 
 # The CUDA code without the CPU suites: every CUDA target compiled where nvcc exists (cuda_targets, one
 # check), and ./test_xsa_cuda where a GPU is (and nvcc, to build it), else the CUDA kernels on the CPU
