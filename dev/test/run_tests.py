@@ -17,7 +17,9 @@ Suites, in this order:
   * --sanitizer-logs DIR: one check, that the suites left no sanitizer report in DIR (make test-sanitize
     runs the binaries with ASAN_OPTIONS / UBSAN_OPTIONS log_path=DIR/..., so that a report is seen even
     where a test did not look at the output or exit code); the reports are printed
-A suite that crashes or exits non-zero without a failed check counts as one failed check.
+A suite that crashes or exits non-zero without a failed check counts as one failed check. Ctrl-C, SIGTERM or
+SIGHUP stops the suites still running (each runs in a process group of its own, the programs it started
+with it) and ends the runner with one line and exit code 130.
 
 --jobs N (default: one per core, at most 4): the C++ and Python suites run N at a time, each suite's lines
 printed together when it ends (with --jobs 1, as they come). Most suites leave cores idle (one Python
@@ -37,6 +39,7 @@ import concurrent.futures
 import glob
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -160,21 +163,47 @@ class Suite:
         self.note = ""
 
 
+RUNNING = set()  # the suites' processes now running, each the leader of its own process group
+
+
 def stream(argv, shell=False, env=None, out=print):
-    """Runs a command in the repository root, each line of its stdout and stderr given to out as it comes;
-    returns (exit code, the lines)."""
+    """Runs a command in the repository root, in a process group of its own, each line of its stdout and stderr
+    given to out as it comes; returns (exit code, the lines)."""
     lines = []
     try:
         p = subprocess.Popen(argv, cwd=REPO, shell=shell, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT)
+                             stderr=subprocess.STDOUT, start_new_session=True)
     except OSError as e:
         out("cannot run %s: %s" % (argv if shell else argv[0], e.strerror))
         return 127, lines
+    RUNNING.add(p)  # (left there if an interrupt ends the reading: stop_running ends it)
     for raw in p.stdout:
         line = raw.decode("utf-8", "replace").rstrip("\n")
         lines.append(line)
         out(line)
-    return p.wait(), lines
+    code = p.wait()
+    RUNNING.discard(p)
+    return code, lines
+
+
+def stop_running():
+    """Ends every running suite with the programs it started: SIGTERM to each process group, SIGKILL to those
+    still there 2 s later."""
+    def signal_groups(sig):
+        for p in list(RUNNING):
+            try:
+                os.killpg(p.pid, sig)
+            except OSError:  # the group has ended
+                pass
+    signal_groups(signal.SIGTERM)
+    deadline = time.time() + 2
+    while any(p.poll() is None for p in list(RUNNING)) and time.time() < deadline:
+        time.sleep(0.05)
+    signal_groups(signal.SIGKILL)
+
+
+def interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def counted_suite(suite, out=print):
@@ -212,9 +241,15 @@ def run_counted_suites(suites, jobs):
 
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         running = {pool.submit(buffered, s): s for s in suites if not s.alone}
-        for done in concurrent.futures.as_completed(running):
-            print("== %s" % running[done].name)
-            print("\n".join(done.result()))
+        try:
+            for done in concurrent.futures.as_completed(running):
+                print("== %s" % running[done].name)
+                print("\n".join(done.result()))
+        except KeyboardInterrupt:  # (before the pool waits for its threads: they end when their suites do)
+            for future in running:
+                future.cancel()
+            stop_running()
+            raise
 
 
 def compile_suite(suite, command):
@@ -270,6 +305,18 @@ def main():
         ap.error("--jobs must be at least 1, not %d" % args.jobs)
 
     sys.stdout.reconfigure(line_buffering=True) if hasattr(sys.stdout, "reconfigure") else None
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupt)
+    try:
+        return run_suites(args)
+    except KeyboardInterrupt:
+        stop_running()
+        print("run_tests: interrupted; the suites that were running are stopped")
+        return 130
+
+
+def run_suites(args):
+    """The suites of the command line, then the summary; 0 if every check passed, else 1."""
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # for every suite (see above)
     # train_gpt's default data is the ClimbMix cache when one exists (~/.cache/xsa-train/climbmix): the
     # suites expect the embedded corpus whatever this machine holds (dev/test/test_defaults.py sets its own)

@@ -2,14 +2,18 @@
 """The test runner itself (dev/test/run_tests.py) on made-up suites: with --jobs 2 two suites run at the same
 time, a suite marked RUN_ALONE runs while nothing else does, each suite's lines come out together (not
 interleaved), the totals are the sums of the suites' own, a C++ suite that crashes before its total line
-counts its printed checks and one failed check for the crash, and --jobs 1 runs one suite at a time. Standard library only.
+counts its printed checks and one failed check for the crash, --jobs 1 runs one suite at a time, and SIGINT or
+SIGTERM to the runner stops the running suites with the programs they started (exit 130, one line). Standard
+library only.
 
     python3 dev/test/test_run_tests.py        (or all suites: make test)
 """
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -37,8 +41,28 @@ class T(unittest.TestCase):
         self.assertTrue({b_passes}, "{suite} b fails on purpose")
 '''
 
+# A Python suite whose test starts a program that would run a minute, writes its pid to PIDS/<suite>, and waits
+HANGING_SUITE = '''import os, subprocess, time, unittest
+class T(unittest.TestCase):
+    def test_hang(self):
+        child = subprocess.Popen(["sleep", "60"])
+        with open(os.path.join({pids!r}, "{suite}.tmp"), "w") as f:
+            f.write(str(child.pid))
+        os.rename(os.path.join({pids!r}, "{suite}.tmp"), os.path.join({pids!r}, "{suite}"))
+        time.sleep(60)
+'''
+
 # A C++ suite stand-in: prints two checks and dies by a signal before its total line
 CRASHING_CPP = "#!/bin/sh\necho 'PASS first'\necho 'PASS second'\nkill -SEGV $$\n"
+
+
+def alive(pid):
+    """Whether process pid runs (a zombie, ended but not yet reaped, does not count)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 class Runner(xsatest.TempDirTest):
@@ -98,6 +122,35 @@ class Runner(xsatest.TempDirTest):
         with self.subTest("--jobs 1: the same totals, one suite at a time"):
             self.assertEqual((code, out.rstrip().split("\n")[-1]), (1, "7 passed, 2 failed"), out)
             self.assertFalse(self.overlap(spans["test_p"], spans["test_q"]), (spans, out))
+
+    def test_interrupted(self):
+        os.makedirs(self.path("pids"))
+        os.makedirs(self.path("hang"))
+        for suite in ("test_h1", "test_h2"):
+            with open(self.path("hang", suite + ".py"), "w") as f:
+                f.write(HANGING_SUITE.format(pids=self.path("pids"), suite=suite))
+        written = lambda: [n for n in os.listdir(self.path("pids")) if not n.endswith(".tmp")]  # noqa: E731
+        for jobs, sig in (("2", signal.SIGINT), ("1", signal.SIGTERM)):
+            with self.subTest("--jobs %s, %s to the runner alone: the running suites and their programs stopped, one line, exit 130" % (jobs, sig.name)):
+                for name in os.listdir(self.path("pids")):
+                    os.remove(self.path("pids", name))
+                p = subprocess.Popen([sys.executable, RUNNER, "--cpp", "", "--python", self.path("hang", "test_*.py"), "--jobs", jobs],
+                                     cwd=xsatest.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                self.addCleanup(p.kill)
+                deadline = time.time() + 30
+                while len(written()) < int(jobs) and time.time() < deadline:
+                    time.sleep(0.05)
+                children = [int(xsatest.read(self.path("pids", name))) for name in written()]
+                self.assertEqual(len(children), int(jobs))
+                t0 = time.time()
+                p.send_signal(sig)
+                out = p.communicate(timeout=30)[0].decode()
+                self.assertEqual((p.returncode, out.rstrip().split("\n")[-1]), (130, "run_tests: interrupted; the suites that were running are stopped"), out)
+                self.assertLess(time.time() - t0, 10, out)
+                deadline = time.time() + 5
+                while any(alive(pid) for pid in children) and time.time() < deadline:
+                    time.sleep(0.05)
+                self.assertEqual([pid for pid in children if alive(pid)], [], "programs the suites started, still running")
 
     def test_bad_jobs(self):
         for bad in ("0", "two"):
