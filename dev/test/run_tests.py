@@ -344,9 +344,9 @@ def run_suites(args):
     suites += counted
     run_counted_suites(counted, args.jobs)
     if args.cuda:
-        suite, t0 = start("CUDA suite %s" % args.cuda)
-        counted_suite(suite, [args.cuda])
-        suite.seconds = time.time() - t0
+        suite, _ = start("CUDA suite %s" % args.cuda)
+        suite.argv = [args.cuda]
+        counted_suite(suite)
     if args.emu:
         suite, t0 = start("CUDA emulator: %s" % args.emu)
         emu_suite(suite, args.emu.split())

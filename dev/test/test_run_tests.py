@@ -152,6 +152,18 @@ class Runner(xsatest.TempDirTest):
                     time.sleep(0.05)
                 self.assertEqual([pid for pid in children if alive(pid)], [], "programs the suites started, still running")
 
+    def test_cuda_suite(self):
+        """--cuda BIN (make test-cuda on a GPU machine): its checks and total line counted, a crash after them one more failure"""
+        for script, want in (("echo 'PASS a'; echo 'PASS b'; echo '2 passed, 0 failed'", (0, "2 passed, 0 failed")),
+                             ("echo 'PASS a'; kill -SEGV $$", (1, "1 passed, 1 failed"))):
+            with open(self.path("cuda.sh"), "w") as f:
+                f.write("#!/bin/sh\n" + script + "\n")
+            os.chmod(self.path("cuda.sh"), 0o755)
+            p = subprocess.run([sys.executable, RUNNER, "--cpp", "", "--no-python", "--cuda", self.path("cuda.sh")], cwd=xsatest.REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            out = p.stdout.decode()
+            self.assertEqual((p.returncode, out.rstrip().split("\n")[-1]), want, out)
+
     def test_bad_jobs(self):
         for bad in ("0", "two"):
             with self.subTest("--jobs %s: one error line, exit code 1" % bad):
