@@ -21,17 +21,25 @@ import xsatest  # noqa: E402
 
 RUNNER = os.path.join(xsatest.REPO, "dev", "test", "run_tests.py")
 
-# A Python suite of two tests that each write the time they ran ([start, end]) to WINDOWS/<suite>.<test>;
-# {alone} is empty or a RUN_ALONE line
+# A Python suite of two tests that each write the time they ran and whether they saw the partner suite run
+# ("start end seen") to WINDOWS/<suite>.<test>: each test marks WINDOWS/started.<suite>, then waits up to
+# $XSA_TEST_RENDEZVOUS seconds for started.<partner> (so two suites running at once see each other however
+# loaded the machine is; a suite without a partner waits for none). {alone} is empty or a RUN_ALONE line.
 PY_SUITE = '''import os, time, unittest
 {alone}
 WINDOWS = {windows!r}
 class T(unittest.TestCase):
     def record(self, name):
         t0 = time.time()
-        time.sleep(0.4)
+        open(os.path.join(WINDOWS, "started.{suite}"), "w").close()
+        partner = os.path.join(WINDOWS, "started.{partner}")
+        deadline = t0 + float(os.environ.get("XSA_TEST_RENDEZVOUS", "0")) * {has_partner}
+        while not os.path.exists(partner) and time.time() < deadline:
+            time.sleep(0.01)
+        seen = os.path.exists(partner)
+        time.sleep(0.3)
         with open(os.path.join(WINDOWS, "{suite}." + name), "w") as f:
-            f.write("%r %r" % (t0, time.time()))
+            f.write("%r %r %d" % (t0, time.time(), seen))
     def test_a(self):
         """{suite} a"""
         self.record("a")
@@ -71,27 +79,30 @@ class Runner(xsatest.TempDirTest):
     def setUp(self):
         super().setUp()
         os.makedirs(self.path("windows"))
-        for suite, alone, b_passes in (("test_p", "", True), ("test_q", "", False), ("test_r", 'RUN_ALONE = "timing"', True)):
+        for suite, partner, alone, b_passes in (("test_p", "test_q", "", True), ("test_q", "test_p", "", False),
+                                                ("test_alone", "none", 'RUN_ALONE = "timing"', True)):  # (first by name: without its marker it would run beside test_p)
             with open(self.path(suite + ".py"), "w") as f:
-                f.write(PY_SUITE.format(alone=alone, windows=self.path("windows"), suite=suite, b_passes=b_passes))
+                f.write(PY_SUITE.format(alone=alone, windows=self.path("windows"), suite=suite, partner=partner, has_partner=int(partner != "none"),
+                                        b_passes=b_passes))
         with open(self.path("crash.sh"), "w") as f:
             f.write(CRASHING_CPP)
         os.chmod(self.path("crash.sh"), 0o755)
 
-    def run_runner(self, *args):
-        p = subprocess.run([sys.executable, RUNNER, "--cpp", self.path("crash.sh"), "--python", self.path("test_*.py")] + list(args),
-                           cwd=xsatest.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    def run_runner(self, jobs, rendezvous):
+        p = subprocess.run([sys.executable, RUNNER, "--cpp", self.path("crash.sh"), "--python", self.path("test_*.py"), "--jobs", jobs],
+                           cwd=xsatest.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(os.environ, XSA_TEST_RENDEZVOUS=rendezvous))
         return p.returncode, p.stdout.decode()
 
     def windows(self):
-        """suite -> (its first test's start, its last test's end)"""
+        """suite -> (its first test's start, its last test's end, whether a test of it saw its partner run)"""
         spans = {}
         for name in os.listdir(self.path("windows")):
-            with open(self.path("windows", name)) as f:
-                t0, t1 = map(float, f.read().split())
-            suite = name.split(".")[0]
-            lo, hi = spans.get(suite, (t0, t1))
-            spans[suite] = (min(lo, t0), max(hi, t1))
+            if not name.startswith("started."):
+                with open(self.path("windows", name)) as f:
+                    t0, t1, seen = f.read().split()
+                suite = name.split(".")[0]
+                lo, hi, saw = spans.get(suite, (float(t0), float(t1), False))
+                spans[suite] = (min(lo, float(t0)), max(hi, float(t1)), saw or seen == "1")
             os.remove(self.path("windows", name))
         return spans
 
@@ -100,24 +111,24 @@ class Runner(xsatest.TempDirTest):
         return a[0] < b[1] and b[0] < a[1]
 
     def test_jobs(self):
-        code, out = self.run_runner("--jobs", "2")
+        code, out = self.run_runner("2", "30")
         spans = self.windows()
         with self.subTest("--jobs 2: the totals are the suites' sums; the crash is one more failed check; exit code 1"):
             self.assertEqual(code, 1, out)
-            # crash.sh: 2 passed + the crash; test_p 2 passed; test_q 1 passed, 1 failed; test_r 2 passed
+            # crash.sh: 2 passed + the crash; test_p 2 passed; test_q 1 passed, 1 failed; test_alone 2 passed
             self.assertEqual(out.rstrip().split("\n")[-1], "7 passed, 2 failed", out)
             self.assertRegex(out, r"FAIL C\+\+ suite \S*crash.sh exited with code -11 before its total line")
         with self.subTest("--jobs 2: two suites run at the same time, the RUN_ALONE one while nothing else runs"):
-            self.assertEqual(sorted(spans), ["test_p", "test_q", "test_r"], out)
-            self.assertTrue(self.overlap(spans["test_p"], spans["test_q"]), (spans, out))
-            self.assertFalse(self.overlap(spans["test_r"], spans["test_p"]) or self.overlap(spans["test_r"], spans["test_q"]), (spans, out))
+            self.assertEqual(sorted(spans), ["test_alone", "test_p", "test_q"], out)
+            self.assertTrue(spans["test_p"][2] and spans["test_q"][2], (spans, out))
+            self.assertFalse(self.overlap(spans["test_alone"], spans["test_p"]) or self.overlap(spans["test_alone"], spans["test_q"]), (spans, out))
         with self.subTest("--jobs 2: each suite's lines together, under its own header"):
             blocks = re.split(r"^== ", out, flags=re.M)
-            for suite in ("test_p", "test_q", "test_r"):
+            for suite in ("test_p", "test_q", "test_alone"):
                 block = [b for b in blocks if b.startswith(self.path(suite + ".py")) or b.startswith(os.path.relpath(self.path(suite + ".py"), xsatest.REPO))]
                 self.assertEqual(len(block), 1, out)
                 self.assertEqual(re.findall(r"^(?:PASS|FAIL) (\S+) ", block[0], flags=re.M), [suite, suite], out)
-        code, out = self.run_runner("--jobs", "1")
+        code, out = self.run_runner("1", "0")
         spans = self.windows()
         with self.subTest("--jobs 1: the same totals, one suite at a time"):
             self.assertEqual((code, out.rstrip().split("\n")[-1]), (1, "7 passed, 2 failed"), out)
