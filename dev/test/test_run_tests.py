@@ -145,8 +145,11 @@ class Runner(xsatest.TempDirTest):
             with self.subTest("--jobs %s, %s to the runner alone: the running suites and their programs stopped, one line, exit 130" % (jobs, sig.name)):
                 for name in os.listdir(self.path("pids")):
                     os.remove(self.path("pids", name))
+                # (SIGINT as a terminal's Ctrl-C finds it: a runner started in the background, as CI may start these tests,
+                # inherits SIGINT ignored and rightly keeps ignoring it)
                 p = subprocess.Popen([sys.executable, RUNNER, "--cpp", "", "--python", self.path("hang", "test_*.py"), "--jobs", jobs],
-                                     cwd=xsatest.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                                     cwd=xsatest.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
                 self.addCleanup(p.kill)
                 deadline = time.time() + 30
                 while len(written()) < int(jobs) and time.time() < deadline:
