@@ -226,13 +226,12 @@ def counted_suite(suite, out=print):
 
 
 def run_counted_suites(suites, jobs):
-    """The suites marked alone one after the other, their lines as they come; then the others `jobs` at a time,
-    each one's lines printed together when it ends (or as they come, with jobs 1)."""
-    for suite in [s for s in suites if s.alone] + ([s for s in suites if not s.alone] if jobs == 1 else []):
-        print("== %s%s" % (suite.name, " (alone: its checks measure time)" if suite.alone and jobs > 1 else ""))
+    """The suites marked alone (all of them, with jobs 1) one after the other, their lines as they come; then the
+    others `jobs` at a time, each one's lines printed together when it ends."""
+    alone = [s for s in suites if s.alone or jobs == 1]
+    for suite in alone:
+        print("== %s%s" % (suite.name, " (alone: its checks measure time)" if jobs > 1 else ""))
         counted_suite(suite)
-    if jobs == 1:
-        return
 
     def buffered(suite):
         lines = []
@@ -240,7 +239,7 @@ def run_counted_suites(suites, jobs):
         return lines
 
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        running = {pool.submit(buffered, s): s for s in suites if not s.alone}
+        running = {pool.submit(buffered, s): s for s in suites if s not in alone}
         try:
             for done in concurrent.futures.as_completed(running):
                 print("== %s" % running[done].name)
