@@ -52,13 +52,13 @@ The analysis (per group), the report's sections in order:
   * per arm unpaired: mean and sd over seeds, and Welch's test against the baseline (secondary: it ignores the
     pairing, and is what a study with unpaired runs would give);
   * with groups, the depth series: the primary effect per group, and per arm the change of the effect from
-    the first group to the last (Welch's test on the per-seed differences: different groups are different
-    runs, not pairs);
+    the first group to the last, paired by seed (a seed's runs share their data order in every group);
   * with "claims", the XSA study's claims (stable training, bpb improves, the effect depends on depth,
     reduced self-alignment and diagonal behaviour) and the learnable alpha, each read by one rule (verdict): a
     difference supports a claim where its Holm-adjusted p is below 0.05 the claimed way, contradicts it where
     it is below the other way, else the study cannot tell; the depth claim by the least-squares slope of the
-    per-seed differences against the number of layers (one t-test, df n - 2).
+    per-seed differences against the number of layers (one t-test, df n - 2, declared before the runs), with
+    the seed-level check beside it (each seed's own slope, a t-test over the seeds' slopes).
 The median ms per step is reported but not tested, and cost.png is not drawn, unless --idle-machine says
 every run had its machine to itself (a shared machine's load, not XSA, decides step times).
 
@@ -202,6 +202,12 @@ def paired(diffs):
     return out
 
 
+def slope_coefficient(xs, ys):
+    """The least-squares slope of ys on xs (two distinct xs or more)."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+
+
 def slope(xs, ys):
     """The least-squares line of ys on xs: (slope, its CONFIDENCE interval, the t-test's p-value for slope 0,
     df = n - 2), or None where it cannot be computed (fewer than 3 points, one x, or a perfect fit)."""
@@ -210,7 +216,7 @@ def slope(xs, ys):
         return None
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     sxx = sum((x - mx) ** 2 for x in xs)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    b = slope_coefficient(xs, ys)
     rss = sum((y - my - b * (x - mx)) ** 2 for x, y in zip(xs, ys))
     if rss == 0.0:
         return None
@@ -773,12 +779,14 @@ def report(study, out_dir, runs, analysis, idle, unchecked):
                              f"{relative(c['mean'], c['base_mean'])} | {pval(c['p'])} | {pval(c['holm'])} | {sides(c)} |")
         first, last = groups[0][0], groups[-1][0]
         if first != last:
-            lines += ["", f"The change of the effect from {first} to {last} (Welch's t-test on the per-seed differences: different groups "
-                      "are different runs, not pairs):", ""]
+            lines += ["", f"The change of the effect from {first} to {last}, paired by seed (per seed, its difference in {last} minus its "
+                      f"difference in {first}: a seed's runs share their data order in every group; the paired t-test over the seeds "
+                      "that have both):", ""]
             for arm in arms[1:]:
-                w = welch(analysis[first]["primary"][arm]["diffs"], analysis[last]["primary"][arm]["diffs"])
-                lines.append(f"* {arm}: " + (f"{num(w[0], 4, True)}, 95% CI [{num(w[1][0], 4, True)}, {num(w[1][1], 4, True)}], "
-                                             f"Welch p {pval(w[2])}" if w else "n/a (needs 2+ pairs in both groups)"))
+                c = change_by_seed(analysis[first]["primary"][arm], analysis[last]["primary"][arm])
+                lines.append(f"* {arm}: " + (f"{num(c['mean'], 4, True)}, 95% CI [{num(c['ci'][0], 4, True)}, {num(c['ci'][1], 4, True)}], "
+                                             f"paired t p {pval(c['p'])}, larger in {c['higher']} / smaller in {c['lower']} of {c['n']} seeds"
+                                             if c["ci"] else f"n/a ({c['n']} seed{'s' if c['n'] != 1 else ''} in both groups; needs 2 with some spread)"))
         lines.append("")
     if "claims" in study:
         lines += claims_section(study, runs, analysis)
@@ -787,6 +795,29 @@ def report(study, out_dir, runs, analysis, idle, unchecked):
         f.write("\n".join(lines) + "\n")
     os.replace(path + ".tmp", path)
     return path
+
+
+def change_by_seed(first, last):
+    """The change of a paired effect between two groups, paired by seed: paired() of (last - first) over the
+    seeds both compare_paired results `first` and `last` have, with "higher"/"lower" (seeds whose difference
+    grew / shrank)."""
+    before = dict(zip(first["seeds"], first["diffs"]))
+    changes = [d - before[s] for s, d in zip(last["seeds"], last["diffs"]) if s in before]
+    out = paired(changes)
+    out.update(higher=sum(c > 0 for c in changes), lower=sum(c < 0 for c in changes))
+    return out
+
+
+def depth_points(analysis, runs, groups, arm):
+    """Per seed, its primary differences (arm - baseline) with the number of layers of their groups:
+    {seed: [(layers, difference)]}, over the groups whose runs say their number of layers."""
+    by_seed = {}
+    for g in groups:
+        layers, c = group_layers(runs[g]), analysis[g]["primary"][arm]
+        if layers:
+            for s, d in zip(c["seeds"], c["diffs"]):
+                by_seed.setdefault(s, []).append((layers, d))
+    return by_seed
 
 
 def verdict(c, claimed_lower):
@@ -837,18 +868,26 @@ def claims_section(study, runs, analysis):
                 f"({relative(analysis[g]['primary'][xsa]['detectable'], analysis[g]['primary'][xsa]['base_mean']).lstrip('+')})"
                 if analysis[g]["primary"][xsa]["detectable"] is not None else "") for g in groups]
     lines.append(f"2. *XSA improves held-out {LABEL[key]} (the study: -0.32% at d12, -0.31% at d24).* " + "; ".join(claim) + ".")
-    points = [(group_layers(runs[g]), d) for g in groups for d in analysis[g]["primary"][xsa]["diffs"] if group_layers(runs[g])]
+    by_seed_points = depth_points(analysis, runs, groups, xsa)
+    points = [p for _, pts in sorted(by_seed_points.items()) for p in pts]
     fit = slope([x for x, _ in points], [y for _, y in points])
     depths = sorted({x for x, _ in points})
+    slopes = paired([slope_coefficient([x for x, _ in pts], [y for _, y in pts]) for _, pts in sorted(by_seed_points.items())
+                     if len({x for x, _ in pts}) > 1])
+    by_seed = (f" The same with the seeds as the units, a check that needs no such independence (each seed's own least-squares "
+               f"slope over the depths it has, then the t-test of the {slopes['n']} seeds' slopes against 0, df {slopes['n'] - 1}): "
+               + (f"{num(slopes['mean'], 4, True)} per layer, 95% CI [{num(slopes['ci'][0], 4, True)}, {num(slopes['ci'][1], 4, True)}], "
+                  f"p {pval(slopes['p'])}." if slopes["ci"] else "n/a (needs 2 seeds with pairs at two depths or more, with some spread).")
+               if slopes["n"] else "")
     if fit:
         lines.append(f"3. *XSA's effect depends on depth.* **{'Supports' if fit[2] < SIGNIFICANCE else 'Cannot tell'}**: the per-seed "
                      f"{LABEL[key]} differences against the number of layers ({len(points)} pairs at depths "
                      f"{', '.join(map(str, depths))}; least squares, one test, which takes the pairs as independent though a "
                      f"seed's runs at every depth share its data order) change by {num(fit[0], 4, True)} per layer, 95% CI "
-                     f"[{num(fit[1][0], 4, True)}, {num(fit[1][1], 4, True)}], p {pval(fit[2])}.")
+                     f"[{num(fit[1][0], 4, True)}, {num(fit[1][1], 4, True)}], p {pval(fit[2])}." + by_seed)
     else:
         lines.append(f"3. *XSA's effect depends on depth.* **Cannot tell**: a slope needs pairs at two depths or more and 3 pairs "
-                     f"in all ({len(points)} at depths {', '.join(map(str, depths)) or 'none'}).")
+                     f"in all ({len(points)} at depths {', '.join(map(str, depths)) or 'none'})." + by_seed)
     diag = []
     for g in groups:
         sec = analysis[g]["secondary"][xsa]

@@ -324,11 +324,38 @@ class TestReport(xsatest.TempDirTest):
                 self.assertIn("## Group %s (`-d %d`)" % (g, layers), report)
                 self.assertEqual(row(depth, "xsa", g)[2:6], [str(layers), "3", "%+.4f" % (sum(effect[g].values()) / 3),
                                                              "[%+.4f, %+.4f]" % (ci.low, ci.high)])
-        with self.subTest("the change from the first group to the last: Welch on the per-seed differences"):
-            ref = stats.ttest_ind(list(effect["d3"].values()), list(effect["d1"].values()), equal_var=False)
-            self.assertIn("Welch p %.3g" % ref.pvalue, depth)
+        with self.subTest("the change from the first group to the last, paired by seed: scipy's ttest_rel"):
+            ref = stats.ttest_rel(list(effect["d3"].values()), list(effect["d1"].values()))
+            ci = ref.confidence_interval(0.95)
+            mean = sum(effect["d3"][s] - effect["d1"][s] for s in (1, 2, 3)) / 3
+            self.assertIn("* xsa: %+.4f, 95%% CI [%+.4f, %+.4f], paired t p %s, larger in 0 / smaller in 3 of 3 seeds"
+                          % (mean, ci.low, ci.high, study.pval(ref.pvalue)), depth)
         with self.subTest("the primary's Holm family: every group and arm"):
             self.assertIn("Holm p (2)", report)
+
+    def test_depth_change_pairs_seeds(self):
+        """The change of the effect between groups pairs a seed with itself, not the k-th finished run of one group
+        with the k-th of the other: seeds 1-3 at d1, 2-4 at d3, so seeds 2 and 3 are the pairs."""
+        from scipy import stats
+        effect = {"d1": {1: 0.009, 2: 0.001, 3: 0.004}, "d3": {2: -0.002, 3: 0.0082, 4: -0.020}}
+        for g, layers in (("d1", 1), ("d3", 3)):
+            for s, e in effect[g].items():
+                write_run(self.path("out", g, "baseline", f"seed_{s}"), s, 1.8 + 0.01 * s, layers=layers)
+                write_run(self.path("out", g, "xsa", f"seed_{s}"), s, 1.8 + 0.01 * s + e, alpha=1.0, layers=layers)
+        spec = {"name": "t", "base": "", "arms": {"baseline": "", "xsa": "-x 1"}, "seeds": [1, 2, 3, 4],
+                "groups": {"d1": "-d 1", "d3": "-d 3"}, "claims": {"xsa": "xsa"}}
+        report = self.report_only(spec)
+        ref = stats.ttest_rel([effect["d3"][s] for s in (2, 3)], [effect["d1"][s] for s in (2, 3)])
+        ci = ref.confidence_interval(0.95)
+        self.assertIn("* xsa: %+.4f, 95%% CI [%+.4f, %+.4f], paired t p %s, larger in 1 / smaller in 1 of 2 seeds"
+                      % ((effect["d3"][2] - effect["d1"][2] + effect["d3"][3] - effect["d1"][3]) / 2, ci.low, ci.high,
+                         study.pval(ref.pvalue)), section(report, "Depth series"))
+        with self.subTest("the depth claim's seed-level check: seeds 2 and 3, each with its own slope"):
+            slopes = [(effect["d3"][s] - effect["d1"][s]) / 2 for s in (2, 3)]
+            ref = stats.ttest_1samp(slopes, 0.0)
+            ci = ref.confidence_interval(0.95)
+            self.assertIn("then the t-test of the 2 seeds' slopes against 0, df 1): %+.4f per layer, 95%% CI [%+.4f, %+.4f], p %s."
+                          % (sum(slopes) / 2, ci.low, ci.high, study.pval(ref.pvalue)), section(report, "The study's claims"))
 
     def test_claims(self):
         """The claims section: each verdict by its rule (Holm p < 0.05 the claimed way supports, the other way
@@ -365,6 +392,14 @@ class TestReport(xsatest.TempDirTest):
                           "least squares, one test, which takes the pairs as independent though a seed's runs at every depth share its "
                           "data order) change by %+.4f per layer, 95%% CI [%+.4f, %+.4f], p %s."
                           % (ref.slope, ref.slope - half, ref.slope + half, study.pval(ref.pvalue)), items["3"])
+        with self.subTest("depth, the seeds as the units: each seed's own slope (numpy's polyfit), scipy's ttest_1samp over them"):
+            import numpy
+            slopes = [numpy.polyfit([1, 3], [effect["d1"][s], effect["d3"][s]], 1)[0] for s in range(4)]
+            ref = stats.ttest_1samp(slopes, 0.0)
+            ci = ref.confidence_interval(0.95)
+            self.assertIn("The same with the seeds as the units, a check that needs no such independence (each seed's own least-squares "
+                          "slope over the depths it has, then the t-test of the 4 seeds' slopes against 0, df 3): %+.4f per layer, "
+                          "95%% CI [%+.4f, %+.4f], p %s." % (numpy.mean(slopes), ci.low, ci.high, study.pval(ref.pvalue)), items["3"])
         with self.subTest("the learnable arm: cannot tell, and where alpha ends (layers x heads, every seed alike)"):
             end = {1: (0.1 + 0.08) / 2, 3: sum(0.1 * (l + 1) + 0.08 * (l + 1) for l in range(3)) / 6}
             for g, layers in (("d1", 1), ("d3", 3)):
