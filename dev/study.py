@@ -1009,7 +1009,7 @@ def plot_study(study, out_dir, runs, analysis, idle, plt):
                     dax.scatter([i - 0.1], [d], color=seed_color[s], s=25, zorder=3)
                 if c["mean"] is not None:
                     err = [[c["mean"] - c["ci"][0]], [c["ci"][1] - c["mean"]]] if c["ci"] else None
-                    dax.errorbar([i + 0.15], [c["mean"]], yerr=err, fmt="s", color=color[a], capsize=5, markersize=6, linewidth=2)
+                    dax.errorbar([i + 0.15], [c["mean"]], yerr=err, fmt="s", color="black", capsize=5, markersize=6, linewidth=2)  # black: the seeds have the colours
             dax.axhline(0.0, color="black", linewidth=0.8)
             dax.set_xticks(range(len(comp)), list(comp))
             dax.set_xlim(-0.6, max(len(comp), 1) - 0.4)
@@ -1137,18 +1137,26 @@ def plot_loss_diff(g, group_runs, arms, color, plt, save, where):
                  "(line: mean of each seed's EMA-0.9 difference, band: 95% CI; dots: raw mean)", fontsize=10)
     ax.set(xlabel="step", ylabel="loss difference (nats)")
     ax.grid(alpha=0.3)
-    first = group_runs[base][min(group_runs[base])]
-    lr = [(s, first["train"][s].get("lr_mult")) for s in sorted(first["train"]) if first["train"][s].get("lr_mult") is not None]
     handles, labels = ax.get_legend_handles_labels()
-    if lr:
-        twin = ax.twinx()
-        line, = twin.plot([s for s, _ in lr], [m for _, m in lr], color="grey", linestyle=":", linewidth=1.5, label="lr multiplier (right)")
-        twin.set_ylim(0.0, 1.05 * max(m for _, m in lr))
-        twin.set_ylabel("lr multiplier (x peak)")
+    line = overlay_lr(ax, group_runs[base][min(group_runs[base])])
+    if line:
         handles, labels = handles + [line], labels + [line.get_label()]
     if handles:  # below the axes: inside, it would hide the end of the curves, the part that matters most
         ax.legend(handles, labels, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=min(len(handles), 4))
     save(fig, "loss_diff", g, "the training loss's difference from the baseline paired by seed, with the learning-rate schedule")
+
+
+def overlay_lr(ax, run):
+    """The run's learning-rate multiplier against step on a second y axis of ax (grey, dotted), to show where in
+    the schedule a curve moves: its line, for a legend, or None where the run logged none."""
+    lr = [(s, run["train"][s].get("lr_mult")) for s in sorted(run["train"]) if run["train"][s].get("lr_mult") is not None]
+    if not lr:
+        return None
+    twin = ax.twinx()
+    line, = twin.plot([s for s, _ in lr], [m for _, m in lr], color="grey", linestyle=":", linewidth=1.5, label="lr multiplier (right)")
+    twin.set_ylim(0.0, 1.05 * max(m for _, m in lr))
+    twin.set_ylabel("lr multiplier (x peak)")
+    return line
 
 
 def layer_colors(plt, layers):
@@ -1190,7 +1198,8 @@ def plot_diagnostics(g, group_runs, arms, plt, save, where):
 
 def plot_alphas(g, group_runs, arms, plt, save, where):
     """The learned alphas against step: per layer the mean over heads (thick) and each head (thin, the
-    same colour), the means over seeds."""
+    same colour), the means over seeds; with the learning-rate multiplier (alpha's lr follows it too), so
+    that an alpha that stops moving as the lr decays is not read as one that found its value."""
     fig, axes = plt.subplots(1, len(arms), figsize=(6 * len(arms), 4.5), squeeze=False)
     for a, ax in zip(arms, axes[0]):
         by_seed = list(group_runs[a].values())
@@ -1210,8 +1219,13 @@ def plot_alphas(g, group_runs, arms, plt, save, where):
                      "thick: mean over heads; thin: each head", fontsize=10)
         ax.set(xlabel="step", ylabel="alpha")
         ax.grid(alpha=0.3)
-        legend(ax, fontsize=8)
-    save(fig, "alpha", g, "the learned alphas against step, per layer and head")
+        handles, labels = ax.get_legend_handles_labels()
+        line = overlay_lr(ax, by_seed[0])
+        if line:
+            handles, labels = handles + [line], labels + [line.get_label()]
+        if handles:
+            ax.legend(handles, labels, fontsize=8, loc="upper left")
+    save(fig, "alpha", g, "the learned alphas against step, per layer and head, with the learning-rate schedule")
 
 
 def plot_depth(study, runs, analysis, plt, color, save):
