@@ -5,6 +5,7 @@ once, skipped when complete, resumed from a checkpoint bit-identically, --max-ru
 refusals (arms that set more than XSA or the optimizer, a base that sets the seed, bad groups, runs that are
 not matched). Run with `make test` (or build/venv/bin/python dev/test_study.py: scipy and matplotlib come
 with dev/requirements.txt; without them those tests are skipped, and fail in CI)."""
+import io
 import json
 import math
 import os
@@ -12,7 +13,9 @@ import random
 import re
 import shutil
 import struct
+import subprocess
 import sys
+import tarfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -427,6 +430,20 @@ class TestReport(xsatest.TempDirTest):
                                      "worse 5 / better 0 of 5"])
         self.assertEqual(row(section(report, "Per arm, unpaired"), "final val bpb", "xsa_1")[5:], ["+0.0045", "[-0.0025, +0.0115]", "0.176"])
 
+    def test_committed_depth_study_rebuilds(self):
+        """The committed depth series (dev/results/gcide_depth at HEAD: a study running here adds runs to the work
+        tree) rebuilt from its committed metrics.jsonl files alone by today's study.py: its report.md as committed,
+        up to the plots (not drawn here). Fails when the analysis changes and the report was not written again."""
+        tar = subprocess.run(["git", "-C", xsatest.REPO, "archive", "HEAD", "dev/results/gcide_depth", "dev/studies/gcide_depth.json"],
+                             capture_output=True, check=True).stdout
+        with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+            t.extractall(self.path("head"), filter="data")
+        out = os.path.join(self.path("head"), "dev", "results", "gcide_depth")
+        want = xsatest.read(os.path.join(out, "report.md")).decode().split("## Plots\n")[0]
+        code, text = run(STUDY + [os.path.join(self.path("head"), "dev", "studies", "gcide_depth.json"), "--out", out, "--report-only",
+                                  "--no-plots"])
+        self.assertEqual(code, 0, text)
+        self.assertEqual(xsatest.read(os.path.join(out, "report.md")).decode(), want)
 
 @needs_packages("matplotlib")
 class TestStudyPlots(xsatest.TempDirTest):
