@@ -57,8 +57,8 @@ The analysis (per group), the report's sections in order:
     reduced self-alignment and diagonal behaviour) and the learnable alpha, each read by one rule (verdict): a
     difference supports a claim where its Holm-adjusted p is below 0.05 the claimed way, contradicts it where
     it is below the other way, else the study cannot tell; the depth claim by the least-squares slope of the
-    per-seed differences against the number of layers (one t-test, df n - 2, declared before the runs), with
-    the seed-level check beside it (each seed's own slope, a t-test over the seeds' slopes).
+    per-seed differences against the number of layers (one t-test, df n - 2), with the seed-level check beside
+    it (each seed's own slope, a t-test over the seeds' slopes), which does not take the pairs as independent.
 The median ms per step is reported but not tested, and cost.png is not drawn, unless --idle-machine says
 every run had its machine to itself (a shared machine's load, not XSA, decides step times).
 
@@ -686,7 +686,7 @@ def report(study, out_dir, runs, analysis, idle, unchecked):
               "the mean difference, its 95% t interval (n − 1 degrees of freedom), the paired t-test's p-value and how many "
               "seeds are worse or better." + same_order_note(runs, shared),
               "",
-              f"* Primary metric, declared before the runs (the study file's \"primary\"; default the final val bpb): "
+              f"* Primary metric, one, named by the study file (its \"primary\", to be set before the runs; default the final val bpb): "
               f"**{LABEL[key]}**. Its p-value is given as it is and Holm-adjusted over the study's {n_primary} "
               f"comparison{'s' if n_primary != 1 else ''} of an arm with the baseline{' (every group and arm)' if has_groups else ''}.",
               "* Secondary metrics: p-values Holm-adjusted within each arm's comparison (the family: that arm's secondary metrics).",
@@ -850,7 +850,7 @@ def claims_section(study, runs, analysis):
         return (f"{g} ({layers} layers)" if layers else g) if g else "the study"
 
     lines = ["## The study's claims at this scale", "",
-             f"Each claim is read from the tables above by one rule, fixed before the results: a paired difference **supports** "
+             f"Each claim is read from the tables above by one rule, the same for every claim (study.py's verdict): a paired difference **supports** "
              f"a claim where its Holm-adjusted p is below {SIGNIFICANCE} and it goes the claimed way, **contradicts** it where "
              f"the adjusted p is below {SIGNIFICANCE} and it goes the other way, and otherwise this study **cannot tell** (the "
              f"power lines above say how small an effect it could have seen). The XSA arm is **{xsa}**"
