@@ -475,6 +475,9 @@ def read_core_final(run_dir):
     return next((float(r[-1]) for r in rows if r and r[0] == "CORE"), None)
 
 
+STOP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)  # what train_gpt answers with a checkpoint and a stop
+
+
 def run_all(binary, study, todo, max_runs):
     """Runs the (group, arm, seed, run_dir) of todo in order, 'concurrent' at a time (default 1), at most
     max_runs of them (-1: all). A SIGINT or SIGTERM reaches every running train_gpt, which checkpoints; no
@@ -498,11 +501,16 @@ def run_all(binary, study, todo, max_runs):
             proc.returncode = os.waitstatus_to_exitcode(status)
             log.close()
             code = proc.returncode
-            if code in (129, 130, 143) or code < 0:  # SIGHUP, SIGINT, SIGTERM: the trainer checkpointed and stopped
+            if code in (129, 130, 143) or -code in STOP_SIGNALS:  # the trainer checkpointed and stopped (or died before its handler)
                 print(f"study: {name} stopped by a signal with its checkpoint; rerun the same command to go on", flush=True)
                 stopped.append(code)
-            elif code != 0 and failure is None:
-                failure = StudyError(f"{name} failed (exit {code}); its output is in {log.name}")
+            elif code == -signal.SIGKILL:  # kill -9 or the out-of-memory killer: no checkpoint then, the periodic ones stay
+                print(f"study: {name} was killed (SIGKILL: kill -9, or the kernel short of memory); rerun the same command to go on "
+                      "from its last checkpoint", flush=True)
+                stopped.append(code)
+            elif code != 0 and failure is None:  # an error, or a crash (SIGSEGV, SIGABRT, ...): not a stop to resume blindly
+                how = f"died of {signal.Signals(-code).name}" if code < 0 else f"failed (exit {code})"
+                failure = StudyError(f"{name} {how}; its output is in {log.name}")
     finally:
         for s, h in old.items():
             signal.signal(s, h)

@@ -624,6 +624,22 @@ class TestRunner(xsatest.TempDirTest):
                 with self.subTest("dev/studies/%s is a valid study file" % path):
                     study.load_study(os.path.join(xsatest.REPO, "dev", "studies", path))
 
+    def test_trainer_killed_or_crashed(self):
+        """A run that crashes (SIGSEGV) fails the study with one error naming the signal and its log; one killed by
+        SIGKILL (kill -9, the out-of-memory killer) stops it with a line saying to rerun, no error; stand-in
+        trainers that signal themselves."""
+        self.study_file({"baseline": ""}, seeds=(1,))
+        for sig, name in (("SEGV", "crashed"), ("KILL", "killed")):
+            self.write(name, "#!/bin/sh\necho starting\nkill -%s $$\n" % sig)
+            os.chmod(self.path(name), 0o755)
+        check_one_error(self, STUDY + [self.path("study.json"), "--binary", self.path("crashed"), "--out", self.path("out")],
+                        "baseline seed 1 died of SIGSEGV; its output is in %s" % self.path("out", "baseline", "seed_1.log"), anywhere=True)
+        code, out = run(STUDY + [self.path("study.json"), "--binary", self.path("killed"), "--out", self.path("out")])
+        self.assertEqual(code, 130, out)
+        self.assertIn("study: baseline seed 1 was killed (SIGKILL: kill -9, or the kernel short of memory); rerun the same command to go "
+                      "on from its last checkpoint", out)
+        self.assertNotIn("error", out)
+
     def test_refusals(self):
         self.study_file({"baseline": "", "longer": "-n 8"})
         check_one_error(self, STUDY + [self.path("study.json")], "arm 'longer' sets -n; arms may set only", anywhere=True)
