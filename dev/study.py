@@ -294,6 +294,15 @@ def flag_names(flags):
     return [w.split("=", 1)[0] for w in shlex.split(flags) if w.startswith("-") and not re.fullmatch(r"-[0-9.]+", w)]
 
 
+def split_words(path, where, flags):
+    """The words of a string of flags as a shell splits them, or one error naming where the string is (an
+    unclosed quote)."""
+    try:
+        return shlex.split(flags)
+    except ValueError as e:
+        raise StudyError(f"'{path}': {where} cannot be split into words ({e}): {flags}")
+
+
 def load_study(path):
     try:
         with open(path, encoding="utf-8") as f:
@@ -312,7 +321,7 @@ def load_study(path):
     for arm, flags in study["arms"].items():
         if not isinstance(flags, str) or not arm or "/" in arm or arm.startswith("."):
             raise StudyError(f"'{path}': arm '{arm}' must be a plain name with a string of flags")
-        words = shlex.split(flags)
+        words = split_words(path, f"arm '{arm}'", flags)
         for w in words[::2]:
             name = w.split("=", 1)[0]
             if name not in ARM_FLAGS:
@@ -331,7 +340,7 @@ def load_study(path):
     for key in ("concurrent", "gpus_per_run"):
         if key in study and not (isinstance(study[key], int) and not isinstance(study[key], bool) and study[key] >= 1):
             raise StudyError(f"'{path}': '{key}' must be a whole number >= 1")
-    for w in shlex.split(study["base"]):
+    for w in split_words(path, "'base'", study["base"]):
         if w.split("=", 1)[0] in RUNNER_FLAGS:
             raise StudyError(f"'{path}': 'base' sets {w}; the runner sets --seed, --data-seed and the output directory itself")
     if "groups" in study:
@@ -341,6 +350,7 @@ def load_study(path):
         for group, flags in groups.items():
             if not GROUP_NAME.fullmatch(group) or not isinstance(flags, str):
                 raise StudyError(f"'{path}': group '{group}' must be a name of letters, digits and _.+- with a string of flags")
+            split_words(path, f"group '{group}'", flags)
             for name in flag_names(flags):
                 if name in RUNNER_FLAGS:
                     raise StudyError(f"'{path}': group '{group}' sets {name}; the runner sets --seed, --data-seed and the output directory itself")
@@ -357,11 +367,11 @@ def load_study(path):
             raise StudyError(f"'{path}': 'claims' must be an object {{\"xsa\": ARM, \"learnable\": ARM}} (learnable optional) naming "
                              f"arms other than the baseline '{baseline}'")
     if "core_final" in study:
-        words = shlex.split(study["core_final"]) if isinstance(study["core_final"], str) else []
+        words = split_words(path, "'core_final'", study["core_final"]) if isinstance(study["core_final"], str) else []
         if "-c" not in words or any(w in ("-e", "-o") for w in words):
             raise StudyError(f"'{path}': 'core_final' must be a string of eval_core flags with -c DIR (the runner sets -e and -o)")
     if "sft" in study:
-        words = shlex.split(study["sft"]) if isinstance(study["sft"], str) else []
+        words = split_words(path, "'sft'", study["sft"]) if isinstance(study["sft"], str) else []
         if "--sft" not in [w.split("=", 1)[0] for w in words]:
             raise StudyError(f"'{path}': 'sft' must be a string of chat_sft flags with --sft DIR")
         for w in words:

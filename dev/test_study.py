@@ -654,9 +654,14 @@ class TestRunner(xsatest.TempDirTest):
                     ({"primary": "loss"}, "'primary' must be one of val_bpb, best_val_bpb, train_loss, core, core_final, cos_zv"),
                     ({"primary": "chatcore"}, "'primary' must be one of"),
                     ({"claims": {"xsa": "baseline"}}, "'claims' must be an object"),
-                    ({"claims": {"learnable": "x"}}, "'claims' must be an object")]
+                    ({"claims": {"learnable": "x"}}, "'claims' must be an object"),
+                    ({"base": BASE + " -o 'x"}, "'base' cannot be split into words (No closing quotation)"),
+                    ({"arms": {"baseline": "-x \"1"}}, "arm 'baseline' cannot be split into words (No closing quotation)"),
+                    ({"groups": {"d2": "-d '2"}}, "group 'd2' cannot be split into words (No closing quotation)"),
+                    ({"core_final": "-c 'x"}, "'core_final' cannot be split into words"),
+                    ({"sft": "--sft 'x"}, "'sft' cannot be split into words")]
         for extra, expect in refusals:
-            self.write("bad.json", json.dumps({"name": "t", "base": BASE, "arms": {"baseline": ""}, "seeds": [1, 2], **extra}))
+            self.write("bad.json", json.dumps({"name": "t", "base": BASE, "arms": {"baseline": ""}, "seeds": [1, 2], **extra}))  # extra wins
             check_one_error(self, STUDY + [self.path("bad.json")], expect, anywhere=True)
         self.write("bad.json", "{not json")
         check_one_error(self, STUDY + [self.path("bad.json")], "cannot read the study file", anywhere=True)
