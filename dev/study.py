@@ -333,7 +333,8 @@ def load_study(path):
     for arm, seeds in arm_seeds.items():
         if arm not in study["arms"]:
             raise StudyError(f"'{path}': 'arm_seeds' names '{arm}', which is not an arm")
-        if not isinstance(seeds, list) or not seeds or not set(seeds) <= set(study["seeds"]) or len(set(seeds)) != len(seeds):
+        if (not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds) or
+                not set(seeds) <= set(study["seeds"]) or len(set(seeds)) != len(seeds)):
             raise StudyError(f"'{path}': 'arm_seeds' of '{arm}' must be distinct seeds taken from 'seeds' {study['seeds']}")
     if not isinstance(study.get("vary_data_order", False), bool):
         raise StudyError(f"'{path}': 'vary_data_order' must be true or false")
@@ -363,7 +364,7 @@ def load_study(path):
     if "claims" in study:
         claims, baseline = study["claims"], next(iter(study["arms"]))
         if (not isinstance(claims, dict) or "xsa" not in claims or not set(claims) <= {"xsa", "learnable"} or
-                any(a not in study["arms"] or a == baseline for a in claims.values())):
+                any(not isinstance(a, str) or a not in study["arms"] or a == baseline for a in claims.values())):
             raise StudyError(f"'{path}': 'claims' must be an object {{\"xsa\": ARM, \"learnable\": ARM}} (learnable optional) naming "
                              f"arms other than the baseline '{baseline}'")
     if "core_final" in study:
@@ -492,7 +493,7 @@ def run_all(binary, study, todo, max_runs):
     """Runs the (group, arm, seed, run_dir) of todo in order, 'concurrent' at a time (default 1), at most
     max_runs of them (-1: all). A SIGINT or SIGTERM reaches every running train_gpt, which checkpoints; no
     new run starts, and the runner exits with the signal's code once they have stopped."""
-    running, stopped = {}, []  # slot -> (process, log, name)
+    running, stopped = {}, []  # slot -> (process, log, name, run directory)
     forward = lambda sig, frame: (stopped.append(sig), [r[0].send_signal(sig) for r in running.values()])  # noqa: E731
     old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     failure, started = None, 0
@@ -501,13 +502,13 @@ def run_all(binary, study, todo, max_runs):
             while todo and not stopped and failure is None and started != max_runs and len(running) < study.get("concurrent", 1):
                 group, arm, seed, run_dir = todo.pop(0)
                 slot = min(set(range(study.get("concurrent", 1))) - set(running))
-                running[slot] = start_run(binary, study, group, arm, seed, run_dir, slot) + (run_name(group, arm, seed),)
+                running[slot] = start_run(binary, study, group, arm, seed, run_dir, slot) + (run_name(group, arm, seed), run_dir)
                 started += 1
             if not running:
                 break
             pid, status = os.wait()
             slot = next(s for s, r in running.items() if r[0].pid == pid)
-            proc, log, name = running.pop(slot)
+            proc, log, name, run_dir = running.pop(slot)
             proc.returncode = os.waitstatus_to_exitcode(status)
             log.close()
             code = proc.returncode
@@ -521,6 +522,9 @@ def run_all(binary, study, todo, max_runs):
             elif code != 0 and failure is None:  # an error, or a crash (SIGSEGV, SIGABRT, ...): not a stop to resume blindly
                 how = f"died of {signal.Signals(-code).name}" if code < 0 else f"failed (exit {code})"
                 failure = StudyError(f"{name} {how}; its output is in {log.name}")
+            elif code == 0 and run_state(run_dir) != "done" and failure is None:  # else the study would go on as if it had
+                failure = StudyError(f"{name} exited 0 without finishing (no evaluation at its last step in "
+                                     f"{os.path.join(run_dir, 'metrics.jsonl')}: is the binary the trainer?); its output is in {log.name}")
     finally:
         for s, h in old.items():
             signal.signal(s, h)

@@ -624,13 +624,13 @@ class TestRunner(xsatest.TempDirTest):
                 with self.subTest("dev/studies/%s is a valid study file" % path):
                     study.load_study(os.path.join(xsatest.REPO, "dev", "studies", path))
 
-    def test_trainer_killed_or_crashed(self):
+    def test_trainer_killed_crashed_or_not_a_trainer(self):
         """A run that crashes (SIGSEGV) fails the study with one error naming the signal and its log; one killed by
-        SIGKILL (kill -9, the out-of-memory killer) stops it with a line saying to rerun, no error; stand-in
-        trainers that signal themselves."""
+        SIGKILL (kill -9, the out-of-memory killer) stops it with a line saying to rerun, no error; one that exits 0
+        without its last evaluation (not the trainer) is an error, not a finished run; stand-in trainers."""
         self.study_file({"baseline": ""}, seeds=(1,))
-        for sig, name in (("SEGV", "crashed"), ("KILL", "killed")):
-            self.write(name, "#!/bin/sh\necho starting\nkill -%s $$\n" % sig)
+        for name, script in (("crashed", "kill -SEGV $$"), ("killed", "kill -KILL $$"), ("not_a_trainer", "exit 0")):
+            self.write(name, "#!/bin/sh\necho starting\n%s\n" % script)
             os.chmod(self.path(name), 0o755)
         check_one_error(self, STUDY + [self.path("study.json"), "--binary", self.path("crashed"), "--out", self.path("out")],
                         "baseline seed 1 died of SIGSEGV; its output is in %s" % self.path("out", "baseline", "seed_1.log"), anywhere=True)
@@ -639,6 +639,9 @@ class TestRunner(xsatest.TempDirTest):
         self.assertIn("study: baseline seed 1 was killed (SIGKILL: kill -9, or the kernel short of memory); rerun the same command to go "
                       "on from its last checkpoint", out)
         self.assertNotIn("error", out)
+        check_one_error(self, STUDY + [self.path("study.json"), "--binary", self.path("not_a_trainer"), "--out", self.path("out")],
+                        "baseline seed 1 exited 0 without finishing (no evaluation at its last step in %s: is the binary the trainer?)"
+                        % self.path("out", "baseline", "seed_1", "metrics.jsonl"), anywhere=True)
 
     def test_refusals(self):
         self.study_file({"baseline": "", "longer": "-n 8"})
@@ -655,6 +658,8 @@ class TestRunner(xsatest.TempDirTest):
                     ({"primary": "chatcore"}, "'primary' must be one of"),
                     ({"claims": {"xsa": "baseline"}}, "'claims' must be an object"),
                     ({"claims": {"learnable": "x"}}, "'claims' must be an object"),
+                    ({"claims": {"xsa": ["baseline"]}}, "'claims' must be an object"),
+                    ({"arm_seeds": {"baseline": [[1]]}}, "'arm_seeds' of 'baseline' must be distinct seeds"),
                     ({"base": BASE + " -o 'x"}, "'base' cannot be split into words (No closing quotation)"),
                     ({"arms": {"baseline": "-x \"1"}}, "arm 'baseline' cannot be split into words (No closing quotation)"),
                     ({"groups": {"d2": "-d '2"}}, "group 'd2' cannot be split into words (No closing quotation)"),
