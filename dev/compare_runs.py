@@ -21,12 +21,14 @@ the last 10% of the steps, and the step-time spread). Seed-to-seed differences n
 
 Standard library only. Every bad input ends with one "error:" line and exit code 1.
 """
-import argparse
 import json
 import math
 import os
 import statistics
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import xsa_cli  # noqa: E402
 
 
 class CompareError(Exception):
@@ -46,22 +48,31 @@ def load_run(path):
         raise CompareError(f"'{path}' is neither a run directory with metrics.jsonl nor a metrics file")
     name = os.path.basename(os.path.normpath(path if os.path.isdir(path) else os.path.dirname(path) or "."))
     run = {"name": name, "file": file, "run": None, "train": {}, "eval": {}, "diag": {}, "core": {}, "xsa_alpha": {}, "chatcore": {}}
-    with open(file, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                step, kind = int(rec["step"]), rec["kind"]
-                for key in REQUIRED_KEYS.get(kind, ()):
-                    rec[key]  # noqa: B018  (a KeyError names the missing field)
-            except (ValueError, KeyError, TypeError) as e:
-                raise CompareError(f"'{file}' line {n} is not a metrics record (missing or bad {e})")
-            if kind == "run":
-                run["run"] = rec
-            elif kind in ("train", "eval", "diag", "core", "xsa_alpha", "chatcore"):
-                run[kind][step] = rec  # a resumed run rewrites lines after its checkpoint: the last one wins
-            # other kinds: written by a newer train_gpt; nothing here reads them
+    try:
+        with open(file, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except UnicodeDecodeError as e:
+        raise CompareError(f"'{file}' is not a metrics file (not UTF-8 text: byte {e.start})")
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError as e:
+            raise CompareError(f"'{file}' line {n} is not a JSON line ({e})")
+        if not isinstance(rec, dict):
+            raise CompareError(f"'{file}' line {n} is not a metrics record (a JSON {type(rec).__name__}, not an object)")
+        try:
+            step, kind = int(rec["step"]), rec["kind"]
+            for key in REQUIRED_KEYS.get(kind, ()):
+                rec[key]  # noqa: B018  (a KeyError names the missing field)
+        except (ValueError, KeyError, TypeError) as e:
+            raise CompareError(f"'{file}' line {n} is not a metrics record (missing or bad {e})")
+        if kind == "run":
+            run["run"] = rec
+        elif kind in ("train", "eval", "diag", "core", "xsa_alpha", "chatcore"):
+            run[kind][step] = rec  # a resumed run rewrites lines after its checkpoint: the last one wins
+        # other kinds: written by a newer train_gpt; nothing here reads them
     if not run["train"] and not run["eval"]:
         raise CompareError(f"'{file}' has no train or eval lines")
     return run
@@ -280,7 +291,7 @@ def compare(runs, per_layer):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Compare train_gpt runs (metrics.jsonl) against the first one.")
+    p = xsa_cli.ArgumentParser(description="Compare train_gpt runs (metrics.jsonl) against the first one.")
     p.add_argument("runs", nargs="+", help="run directories (-o DIR of train_gpt) or metrics.jsonl files; the first is the baseline")
     p.add_argument("--layers", action="store_true", help="also print the attention diagnostics per layer")
     args = p.parse_args(argv)

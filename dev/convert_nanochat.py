@@ -62,6 +62,8 @@ import zlib
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "data"))       # climbmix.py: the tokenizer file from a tiktoken Encoding
 sys.path.insert(0, os.path.join(HERE, "reference"))  # tokenizer_file.py: reads a tokenizer file, its fingerprint
+sys.path.insert(0, HERE)                             # xsa_cli.py: the one-line error of a bad flag
+import xsa_cli  # noqa: E402
 
 VOCAB_PAD = 64
 VE_GATE_CHANNELS = 12
@@ -1002,11 +1004,6 @@ def command_out(args):
 # ----------------------------------------------------------------------------------------------------
 # Command line
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(1, f"error: {message} (see {self.prog} --help)\n")
-
-
 def nonnegative(text):
     if not re.fullmatch(r"\d+", text):
         raise argparse.ArgumentTypeError(f"'{text}' is not a step number (an integer >= 0)")
@@ -1020,9 +1017,9 @@ def flag01(text):
 
 
 def parse_args(argv):
-    p = _Parser(prog="convert_nanochat.py", description="Convert nanochat checkpoints to xsa-train weights (in) and "
+    p = xsa_cli.ArgumentParser(prog="convert_nanochat.py", description="Convert nanochat checkpoints to xsa-train weights (in) and "
                 "back (out), without PyTorch. Formats and what is checked: the docstring of this file and dev/docs/data.md.")
-    sub = p.add_subparsers(dest="command", metavar="in|out", parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", metavar="in|out", parser_class=xsa_cli.ArgumentParser)
     sub.required = True
     pin = sub.add_parser("in", help="nanochat checkpoint directory -> safetensors weights of xsa-train",
                          description="Convert nanochat's model_NNNNNN.pt + meta_NNNNNN.json into a safetensors weights "
@@ -1064,10 +1061,10 @@ def main(argv=None):
     try:
         (command_in if args.command == "in" else command_out)(args)
     except ConvertError as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        print(f"convert_nanochat.py: error: {' '.join(str(e).split())}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
+        print("convert_nanochat.py: error: interrupted", file=sys.stderr)
         sys.exit(130)
 
 

@@ -15,11 +15,11 @@ Runs are read with dev/compare_runs.py's loader (the same checks, the same error
 (python3 -m pip install -r dev/requirements.txt); it draws with the Agg backend, no display needed.
 Every bad input ends with one "error:" line and exit code 1.
 """
-import argparse
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import xsa_cli  # noqa: E402
 from compare_runs import CompareError, load_run, smoothed_losses  # noqa: E402
 
 DIAGNOSTICS = [("cos_yv", "cos(y, v) before XSA"), ("cos_zv", "cos(z, v) after XSA"), ("self_weight", "attention weight on itself"),
@@ -104,7 +104,7 @@ def plot_runs(runs, out_dir, plt):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Plot train_gpt runs (metrics.jsonl), overlaid.")
+    p = xsa_cli.ArgumentParser(description="Plot train_gpt runs (metrics.jsonl), overlaid.")
     p.add_argument("runs", nargs="+", help="run directories (-o DIR of train_gpt) or metrics.jsonl files")
     p.add_argument("--out", help="directory for the PNG files (default: DIR/plots of the first run)")
     args = p.parse_args(argv)

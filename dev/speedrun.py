@@ -58,7 +58,6 @@ stage that fails stops the run with the stage named and the command to rerun.
 
 Standard library only.
 """
-import argparse
 import json
 import math
 import os
@@ -77,6 +76,7 @@ sys.path.insert(0, DEV)
 sys.path.insert(0, os.path.join(DEV, "data"))
 import climbmix  # noqa: E402  (dev/data/climbmix.py: the standard library at import; its packages load where used)
 import study  # noqa: E402  (dev/study.py)
+import xsa_cli  # noqa: E402  (dev/xsa_cli.py)
 
 # The documented numbers the estimates use
 DOC_SHARDS = {12: 40, 24: 120}  # dev/data/README.md "How many shards" (with margin)
@@ -141,13 +141,8 @@ def flag_names(flags):
 # ----------------------------------------------------------------------------------------------------
 # The command line
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit code 1 (argparse's own prints the usage and exits 2)
-        self.exit(1, f"speedrun.py: error: {message} (see --help)\n")
-
-
 def parse_args(argv):
-    p = Parser(prog="speedrun.py", description="The study from nothing to its report in one command: data, tokenizer, "
+    p = xsa_cli.ArgumentParser(prog="speedrun.py", description="The study from nothing to its report in one command: data, tokenizer, "
                "CORE tasks, SFT data, ChatCORE tasks, base runs of baseline and XSA over seeds, SFT + ChatCORE, full CORE, "
                "report. Rerun the same command to go on where it stopped.")
     p.add_argument("--depth", type=int, required=True, help="the model's depth (-d): 12 or 24 as the study, any other too")

@@ -72,7 +72,6 @@ cost.png (--idle-machine only).
 Standard library only (the t distribution through the regularised incomplete beta function, checked against
 scipy in dev/test_study.py); every bad input ends with one "error:" line and exit code 1.
 """
-import argparse
 import json
 import math
 import os
@@ -84,6 +83,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import xsa_cli  # noqa: E402
 from compare_runs import CompareError, flatten_settings, load_run, smoothed_losses  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -1280,7 +1280,7 @@ def plot_depth(study, runs, analysis, plt, color, save):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Run a study (arms x seeds of train_gpt, per group) and write its report.")
+    p = xsa_cli.ArgumentParser(description="Run a study (arms x seeds of train_gpt, per group) and write its report.")
     p.add_argument("study", help="the study file (JSON)")
     p.add_argument("--out", help="the study's directory (default dev/studies/out/NAME)")
     p.add_argument("--binary", default="./train_gpt", help="the trainer (default ./train_gpt, as make train_gpt builds it)")

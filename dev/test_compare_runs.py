@@ -108,10 +108,16 @@ class TestHandMadeRuns(TempDirTest):
     def test_bad_input(self):
         self.write("bad.jsonl", self.xsa[:self.xsa.find('"val_bpb"')] + "\n")
         self.write("no_field.jsonl", '{"step": 0, "kind": "eval", "eval_tokens": 64}\n')
+        self.write("list.jsonl", '{"step": 0, "kind": "train", "loss": 1.0, "dt_ms": 1.0, "tok_per_s": 1.0}\n[1, 2]\n')
+        with open(self.path("latin1.jsonl"), "wb") as f:
+            f.write(b'{"step": 0, "kind": "run", "name": "caf\xe9"}\n')
         bad = [([self.path("base")], "at least two runs"),
                ([self.path("base"), self.path("nowhere")], "neither a run directory"),
-               ([self.path("base"), self.path("bad.jsonl")], "line 2 is not a metrics record"),
-               ([self.path("base"), self.path("no_field.jsonl")], "'val_bpb'")]
+               ([self.path("base"), self.path("bad.jsonl")], "line 2 is not a JSON line"),
+               ([self.path("base"), self.path("list.jsonl")], "line 2 is not a metrics record (a JSON list, not an object)"),
+               ([self.path("base"), self.path("latin1.jsonl")], "is not a metrics file (not UTF-8 text: byte 39)"),
+               ([self.path("base"), self.path("no_field.jsonl")], "'val_bpb'"),
+               ([self.path("base"), self.path("base"), "--bogus"], "compare_runs.py: error: unrecognized arguments: --bogus (see --help)")]
         for args, expect in bad:
             check_one_error(self, COMPARE + args, expect, "compare_runs.py " + " ".join(os.path.basename(a) for a in args), anywhere=True)
 

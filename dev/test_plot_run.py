@@ -48,6 +48,8 @@ class TestPlots(xsatest.TempDirTest):
         self.write("bad.jsonl", '{"step": 0, "kind": "train", "loss": 1.0}\n')
         check_one_error(self, PLOT + [self.path("nowhere")], "neither a run directory", anywhere=True)
         check_one_error(self, PLOT + [self.path("bad.jsonl")], "'dt_ms'", anywhere=True)
+        check_one_error(self, PLOT + [self.path("bad.jsonl"), "--bogus"], "plot_run.py: error: unrecognized arguments: --bogus (see --help)",
+                        anywhere=True)
 
 
 class TestWithoutMatplotlib(unittest.TestCase):

@@ -668,6 +668,8 @@ class TestRunner(xsatest.TempDirTest):
         for extra, expect in refusals:
             self.write("bad.json", json.dumps({"name": "t", "base": BASE, "arms": {"baseline": ""}, "seeds": [1, 2], **extra}))  # extra wins
             check_one_error(self, STUDY + [self.path("bad.json")], expect, anywhere=True)
+        check_one_error(self, STUDY + [self.path("study.json"), "--max-runs", "x"],
+                        "study.py: error: argument --max-runs: invalid int value: 'x' (see --help)", anywhere=True)
         self.write("bad.json", "{not json")
         check_one_error(self, STUDY + [self.path("bad.json")], "cannot read the study file", anywhere=True)
         # runs of one seed that differ in more than their arms set: a run line edited after the fact

@@ -41,8 +41,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # dev/: xsa_cli.py
 import climbmix  # noqa: E402  (tokenizer reader; needs only the standard library at import)
 import sft  # noqa: E402  (hub downloads, JSON-lines rows, render_mc, render_conversation, GSM8K parts)
+import xsa_cli  # noqa: E402
 
 # -----------------------------------------------------------------------------
 # Constants
@@ -298,7 +300,7 @@ def task_file_name(spec):
 # Main
 
 def parse_args(argv=None):
-    p = sft._ArgumentParser(description="nanochat's ChatCORE tasks (chat_eval.py at nanochat 92d63d4) as task files "
+    p = xsa_cli.ArgumentParser(description="nanochat's ChatCORE tasks (chat_eval.py at nanochat 92d63d4) as task files "
                                         "for xsa-train (format: dev/data/README.md, 'ChatCORE task files').")
     p.add_argument("--tokenizer", required=True, help="tokenizer.bin of the model to evaluate (climbmix.py's)")
     p.add_argument("--out", required=True, help="output directory: NN_<label>.bin and index.txt")

@@ -20,7 +20,6 @@ The functions here take iterators of documents so other corpora can reuse them
 (dev/data/make_devil.py does).
 """
 
-import argparse
 import array
 import collections
 import http.client
@@ -31,6 +30,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # dev/: xsa_cli.py
+import xsa_cli  # noqa: E402
 
 # -----------------------------------------------------------------------------
 # Constants (nanochat's; dev/docs/data.md#where-the-data-comes-from, dev/data/README.md)
@@ -735,13 +737,8 @@ def write_token_shard(path, docs, encoder, label=None, report_every=10.0):
 # -----------------------------------------------------------------------------
 # Main
 
-class _ArgumentParser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(1, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def parse_args(argv=None):
-    p = _ArgumentParser(
+    p = xsa_cli.ArgumentParser(
         description="Download ClimbMix-400B parquet shards, train nanochat's tokenizer, write "
                     "tokenizer.bin and token shards for xsa-train (formats: dev/data/README.md).")
     p.add_argument("--num-shards", type=int, default=40,

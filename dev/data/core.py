@@ -23,7 +23,6 @@ Needs: tiktoken (dev/data/requirements.txt). PyYAML is used for core.yaml when i
 built-in reader for the subset of YAML that eval bundles use.
 """
 
-import argparse
 import array
 import csv
 import json
@@ -39,7 +38,9 @@ import urllib.request
 import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # dev/: xsa_cli.py
 import climbmix  # noqa: E402  (tokenizer file reader; needs only the standard library at import)
+import xsa_cli  # noqa: E402
 
 # -----------------------------------------------------------------------------
 # Constants
@@ -679,13 +680,8 @@ def verify_shard(enc, path, max_docs):
 # -----------------------------------------------------------------------------
 # Main
 
-class _ArgumentParser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(1, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def parse_args(argv=None):
-    p = _ArgumentParser(description="Tokenize a CORE eval bundle into xsa-train task files "
+    p = xsa_cli.ArgumentParser(description="Tokenize a CORE eval bundle into xsa-train task files "
                                     "(format: dev/data/README.md, 'CORE task files').")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--bundle", help="bundle directory (core.yaml, eval_meta_data.csv, eval_data/)")

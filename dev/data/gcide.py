@@ -49,8 +49,10 @@ import tarfile
 import unicodedata
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # dev/: xsa_cli.py
 import climbmix  # noqa: E402
 import dictd  # noqa: E402
+import xsa_cli  # noqa: E402
 from climbmix import PrepError, log  # noqa: E402
 
 DEFAULT_OUT = os.path.join("~", ".cache", "xsa-train", "gcide")
@@ -294,7 +296,7 @@ def run(args):
 
 
 def main(argv=None):
-    p = climbmix._ArgumentParser(prog="gcide.py",
+    p = xsa_cli.ArgumentParser(prog="gcide.py",
                                  description="GCIDE (Debian's dict-gcide) as token shards for xsa-train's CPU-scale study.")
     p.add_argument("--out", default=DEFAULT_OUT, help="output directory (default %(default)s)")
     p.add_argument("--deb", help="the dict-gcide .deb to read (default: apt-get download it into --out)")

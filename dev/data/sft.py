@@ -30,7 +30,6 @@ whatever --workers.
 Needs tiktoken and numpy, and pyarrow for the hub's parquet files (dev/data/requirements.txt).
 """
 
-import argparse
 import array
 import collections
 import hashlib
@@ -47,7 +46,9 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # dev/: xsa_cli.py
 import climbmix  # noqa: E402  (tokenizer reader, downloads; needs only the standard library at import)
+import xsa_cli  # noqa: E402
 
 # -----------------------------------------------------------------------------
 # Constants
@@ -892,13 +893,8 @@ def pct(a, b):
 # -----------------------------------------------------------------------------
 # Main
 
-class _ArgumentParser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(1, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def parse_args(argv=None):
-    p = _ArgumentParser(description="nanochat's SFT mixture (chat_sft.py at nanochat 92d63d4) as conversation "
+    p = xsa_cli.ArgumentParser(description="nanochat's SFT mixture (chat_sft.py at nanochat 92d63d4) as conversation "
                                     "files for xsa-train (format: dev/data/README.md, 'SFT conversation file').")
     p.add_argument("--tokenizer", required=True, help="tokenizer.bin of the model to fine-tune (climbmix.py's)")
     p.add_argument("--out", required=True, help="output directory: sft_train.bin, sft_val.bin, sft_meta.json")

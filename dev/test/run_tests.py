@@ -46,6 +46,9 @@ import time
 import traceback
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # dev/: xsa_cli.py
+import xsa_cli  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CPP_SUITES = ["./test_xsa_cpu", "./test_infra_cpu"]  # the numerics (test_xsa.cu), the infrastructure (dev/test/test_infra.cu)
 TOTAL_LINE = re.compile(r"^(\d+) passed, (\d+) failed(?:, (\d+) skipped)?\s*$")
@@ -278,13 +281,8 @@ def emu_suite(suite, targets):
         print("FAIL %s %s" % (suite.name, suite.note))
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit code 1 (argparse's own prints the usage and exits 2)
-        sys.exit("error: %s (python3 dev/test/run_tests.py --help)" % message)
-
-
 def main():
-    ap = Parser(description=__doc__.split("\n\n")[0])
+    ap = xsa_cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--unittest", metavar="FILE", help=argparse.SUPPRESS)  # internal: one Python suite
     ap.add_argument("--jobs", metavar="N", type=int, default=min(len(os.sched_getaffinity(0)), MAX_DEFAULT_JOBS),
                     help="run N suites at a time (default: one per core, at most %d)" % MAX_DEFAULT_JOBS)

@@ -184,7 +184,7 @@ class Runner(xsatest.TempDirTest):
                 p = subprocess.run([sys.executable, RUNNER, "--jobs", bad], cwd=xsatest.REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
                 self.assertEqual((p.returncode, p.stdout), (1, b""), p.stderr)
                 self.assertEqual(len(p.stderr.decode().strip().split("\n")), 1, p.stderr)
-                self.assertTrue(p.stderr.startswith(b"error: ") and b"--jobs" in p.stderr, p.stderr)
+                self.assertTrue(p.stderr.startswith(b"run_tests.py: error: ") and b"--jobs" in p.stderr, p.stderr)
 
 
 if __name__ == "__main__":
