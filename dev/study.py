@@ -314,6 +314,8 @@ def load_study(path):
     for key, kind in (("name", str), ("base", str), ("arms", dict), ("seeds", list)):
         if not isinstance(study.get(key), kind):
             raise StudyError(f"'{path}': '{key}' must be a {kind.__name__}")
+    if not GROUP_NAME.fullmatch(study["name"]):  # the default output directory is dev/studies/out/NAME
+        raise StudyError(f"'{path}': 'name' must be letters, digits and _.+- (it names the study's default directory), not '{study['name']}'")
     if not study["arms"] or not study["seeds"]:
         raise StudyError(f"'{path}': a study needs at least one arm and one seed")
     if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in study["seeds"]) or len(set(study["seeds"])) != len(study["seeds"]):
@@ -1290,6 +1292,8 @@ def main(argv=None):
     p.add_argument("--idle-machine", action="store_true",
                    help="every run had its machine to itself: compare the ms per step as a cost and draw cost.png")
     args = p.parse_args(argv)
+    if args.max_runs < -1:
+        p.error(f"--max-runs must be 0 or more (or -1: all), not {args.max_runs}")
     try:
         study = load_study(args.study)
         out_dir = args.out or os.path.join(REPO, "dev", "studies", "out", study["name"])

@@ -659,6 +659,7 @@ class TestRunner(xsatest.TempDirTest):
                     ({"claims": {"xsa": "baseline"}}, "'claims' must be an object"),
                     ({"claims": {"learnable": "x"}}, "'claims' must be an object"),
                     ({"claims": {"xsa": ["baseline"]}}, "'claims' must be an object"),
+                    ({"name": "../elsewhere"}, "'name' must be letters, digits and _.+- (it names the study's default directory), not '../elsewhere'"),
                     ({"arm_seeds": {"baseline": [[1]]}}, "'arm_seeds' of 'baseline' must be distinct seeds"),
                     ({"base": BASE + " -o 'x"}, "'base' cannot be split into words (No closing quotation)"),
                     ({"arms": {"baseline": "-x \"1"}}, "arm 'baseline' cannot be split into words (No closing quotation)"),
@@ -668,6 +669,8 @@ class TestRunner(xsatest.TempDirTest):
         for extra, expect in refusals:
             self.write("bad.json", json.dumps({"name": "t", "base": BASE, "arms": {"baseline": ""}, "seeds": [1, 2], **extra}))  # extra wins
             check_one_error(self, STUDY + [self.path("bad.json")], expect, anywhere=True)
+        check_one_error(self, STUDY + [self.path("study.json"), "--max-runs", "-2"], "--max-runs must be 0 or more (or -1: all), not -2",
+                        anywhere=True)
         check_one_error(self, STUDY + [self.path("study.json"), "--max-runs", "x"],
                         "study.py: error: argument --max-runs: invalid int value: 'x' (see --help)", anywhere=True)
         self.write("bad.json", "{not json")
