@@ -874,7 +874,7 @@ def claims_section(study, runs, analysis):
         return (f"{g} ({layers} layers)" if layers else g) if g else "the study"
 
     lines = ["## The study's claims at this scale", "",
-             f"Each claim is read from the tables above by one rule, the same for every claim (study.py's verdict): a paired difference **supports** "
+             f"Each claim is read from the tables above by study.py's rule (its verdict): a paired difference **supports** "
              f"a claim where its Holm-adjusted p is below {SIGNIFICANCE} and it goes the claimed way, **contradicts** it where "
              f"the adjusted p is below {SIGNIFICANCE} and it goes the other way, and otherwise this study **cannot tell** (the "
              f"power lines above say how small an effect it could have seen). The XSA arm is **{xsa}**"
