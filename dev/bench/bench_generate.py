@@ -27,6 +27,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "dev", "reference"))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # dev/: xsa_cli.py
+import xsa_cli  # noqa: E402
 import require_torch  # noqa: F401,E402  (one error line where PyTorch is missing)
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -131,7 +133,7 @@ class TorchGenerator:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = xsa_cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--depth", type=int, default=12)
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--new", type=int, default=128)

@@ -15,6 +15,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # dev/: xsa_cli.py
+import xsa_cli  # noqa: E402
 import require_torch  # noqa: F401,E402  (one error line where PyTorch is missing)
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -35,7 +37,7 @@ def sdpa_attention(q, k, v, w):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = xsa_cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--dim", type=int, default=256)

@@ -26,6 +26,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from machine import cpu_model  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # dev/: xsa_cli.py
+import xsa_cli  # noqa: E402
 BINARY = os.path.join(REPO, "train_gpt_cpu")
 QUICK_START = ["-d", "4", "-t", "256", "-b", "8", "-B", "4096", "--eval-every", "100000", "--core-every", "-1", "--sample-every", "-1"]
 WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
@@ -67,7 +69,7 @@ def beside_busy(n, run):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = xsa_cli.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=20, help="training steps per run (20)")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="the run's OpenMP threads (default: the cores)")
     ap.add_argument("--busy", default="0,2,5", help="numbers of busy processes beside the run, comma-separated (0,2,5)")

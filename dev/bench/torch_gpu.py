@@ -44,6 +44,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # dev/: xsa_cli.py
+import xsa_cli  # noqa: E402
 
 # name: layers, dim, heads (= kv heads), head_dim, T, vocab, short window (None: nanochat's ceil(T/4/128)*128)
 PRESETS = {
@@ -487,7 +489,7 @@ def compare(torch_log, pairs):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = xsa_cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--configs", default=None, help="comma list of d12, d24, tiny (default d24,d12; --tiny: tiny)")
     ap.add_argument("--rows", type=int, default=None, help="rows per micro-step (default 32: train_gpt's default on an H200; --tiny: 2)")
     ap.add_argument("--seq-len", type=int, default=None, help="T instead of the preset's")
