@@ -437,7 +437,7 @@ class TestReport(xsatest.TempDirTest):
         tar = subprocess.run(["git", "-C", xsatest.REPO, "archive", "HEAD", "dev/results/gcide_depth", "dev/studies/gcide_depth.json"],
                              capture_output=True, check=True).stdout
         with tarfile.open(fileobj=io.BytesIO(tar)) as t:
-            t.extractall(self.path("head"), filter="data")
+            t.extractall(self.path("head"), **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))  # (Python 3.11.4+)
         out = os.path.join(self.path("head"), "dev", "results", "gcide_depth")
         want = xsatest.read(os.path.join(out, "report.md")).decode().split("## Plots\n")[0]
         code, text = run(STUDY + [os.path.join(self.path("head"), "dev", "studies", "gcide_depth.json"), "--out", out, "--report-only",
