@@ -1017,8 +1017,8 @@ def flag01(text):
 
 
 def parse_args(argv):
-    p = xsa_cli.ArgumentParser(prog="convert_nanochat.py", description="Convert nanochat checkpoints to xsa-train weights (in) and "
-                "back (out), without PyTorch. Formats and what is checked: the docstring of this file and dev/docs/data.md.")
+    p = xsa_cli.ArgumentParser(prog="convert_nanochat.py", description="Convert nanochat checkpoints to xsa-train weights (in) "
+                               "and back (out), without PyTorch. Formats and what is checked: the docstring of this file and dev/docs/data.md.")
     sub = p.add_subparsers(dest="command", metavar="in|out", parser_class=xsa_cli.ArgumentParser)
     sub.required = True
     pin = sub.add_parser("in", help="nanochat checkpoint directory -> safetensors weights of xsa-train",

@@ -142,9 +142,9 @@ def flag_names(flags):
 # The command line
 
 def parse_args(argv):
-    p = xsa_cli.ArgumentParser(prog="speedrun.py", description="The study from nothing to its report in one command: data, tokenizer, "
-               "CORE tasks, SFT data, ChatCORE tasks, base runs of baseline and XSA over seeds, SFT + ChatCORE, full CORE, "
-               "report. Rerun the same command to go on where it stopped.")
+    p = xsa_cli.ArgumentParser(prog="speedrun.py", description="The study from nothing to its report in one command: data, "
+                               "tokenizer, CORE tasks, SFT data, ChatCORE tasks, base runs of baseline and XSA over seeds, SFT + "
+                               "ChatCORE, full CORE, report. Rerun the same command to go on where it stopped.")
     p.add_argument("--depth", type=int, required=True, help="the model's depth (-d): 12 or 24 as the study, any other too")
     p.add_argument("--seeds", default="1,2,3", help="comma-separated seeds; every arm runs each (default 1,2,3, paper_d24's)")
     p.add_argument("--xsa", default="1.0", help="the XSA arm's alpha, in (0, 1], or learn (default 1.0)")
