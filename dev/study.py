@@ -650,6 +650,11 @@ def analyse(study, runs, idle):
                 secondary[arm][k]["holm"] = p
         out[group] = {"values": values, "primary": {arm: compare_paired(values, arm, base, key) for arm in arms[1:]},
                       "secondary": secondary}
+    for g in out:  # the pairs the study plans for each arm: its seeds that the baseline runs too
+        for arm in arms[1:]:
+            planned = len(set(seeds_of(study, arm)) & set(seeds_of(study, base)))
+            for c in [out[g]["primary"][arm]] + list(out[g]["secondary"][arm].values()):
+                c["planned"] = planned
     family = [(g, arm) for g in out for arm in out[g]["primary"]]
     for (g, arm), p in zip(family, holm([out[g]["primary"][arm]["p"] for g, arm in family])):
         out[g]["primary"][arm]["holm"] = p
@@ -681,10 +686,12 @@ def relative(x, base_mean):
 
 
 def sides(c):
-    """'worse 5 / better 0 of 5' (or higher / lower for a metric without a better direction)."""
+    """'worse 5 / better 0 of 5' (or higher / lower for a metric without a better direction), with ' (5 planned)'
+    while fewer pairs than the study plans have finished."""
+    planned = f" ({c['planned']} planned)" if c.get("planned", c["n"]) > c["n"] else ""
     if c["worse"] is not None:
-        return f"worse {c['worse']} / better {c['better']} of {c['n']}"
-    return f"higher {c['higher']} / lower {c['lower']} of {c['n']}"
+        return f"worse {c['worse']} / better {c['better']} of {c['n']}{planned}"
+    return f"higher {c['higher']} / lower {c['lower']} of {c['n']}{planned}"
 
 
 def report(study, out_dir, runs, analysis, idle, unchecked):
@@ -878,7 +885,10 @@ def claims_section(study, runs, analysis):
              f"a claim where its Holm-adjusted p is below {SIGNIFICANCE} and it goes the claimed way, **contradicts** it where "
              f"the adjusted p is below {SIGNIFICANCE} and it goes the other way, and otherwise this study **cannot tell** (the "
              f"power lines above say how small an effect it could have seen). The XSA arm is **{xsa}**"
-             + (f", the learnable one **{learn}**." if learn else "."), ""]
+             + (f", the learnable one **{learn}**." if learn else ".")
+             + (" While fewer pairs than planned have finished (\"of n (N planned)\"), a verdict is interim: with 2 pairs the "
+                "t-test has 1 degree of freedom and its sd comes from two numbers, so two differences that happen to agree "
+                "give a small p." if any(c["n"] < c["planned"] for g in groups for c in analysis[g]["primary"].values()) else ""), ""]
     finished = sum(len(runs[g][a]) for g in groups for a in (xsa, learn) if a)
     loss = "; ".join(f"{where(g)} {effect_text(analysis[g]['secondary'][xsa]['train_loss'], 'train_loss')}" for g in groups
                      if "train_loss" in analysis[g]["secondary"][xsa] and analysis[g]["secondary"][xsa]["train_loss"]["n"])

@@ -353,6 +353,9 @@ class TestReport(xsatest.TempDirTest):
         self.assertIn("* xsa: %+.4f, 95%% CI [%+.4f, %+.4f], paired t p %s, larger in 1 / smaller in 1 of 2 seeds"
                       % ((effect["d3"][2] - effect["d1"][2] + effect["d3"][3] - effect["d1"][3]) / 2, ci.low, ci.high,
                          study.pval(ref.pvalue)), section(report, "Depth series"))
+        with self.subTest("fewer pairs than planned: the count says so, and the claims call their verdicts interim"):
+            self.assertEqual(row(section(report, "Depth series"), "xsa", "d3")[-1], "worse 1 / better 2 of 3 (4 planned)")
+            self.assertIn("While fewer pairs than planned have finished", section(report, "The study's claims"))
         with self.subTest("the depth claim's seed-level check: seeds 2 and 3, each with its own slope"):
             slopes = [(effect["d3"][s] - effect["d1"][s]) / 2 for s in (2, 3)]
             ref = stats.ttest_1samp(slopes, 0.0)
