@@ -31,7 +31,9 @@ checkpoint resumes from it (so give the base flags a --save-every); any other ru
 afresh. So a study survives pre-emption (a SIGINT or SIGTERM reaches the running train_gpt, which
 checkpoints; rerun the same command) and grows with more seeds. Runs go seed by seed (every group and arm of
 seed 1, then seed 2, ...), so a partial study stays paired. --max-runs K starts at most K runs (a budget per
-sitting). --report-only rebuilds the report and plots from the finished runs' metrics.jsonl files alone.
+sitting); `kill -USR1 PID` (the runner's PID) drains it: the running runs finish, no new one starts, then
+the report (a sitting that must end by a time, with no run left half done). --report-only rebuilds the
+report and plots from the finished runs' metrics.jsonl files alone.
 
 Arms may differ only in the flags of ARM_FLAGS (XSA, its layers, the optimizer); groups may set anything
 but those and the runner's own flags (--seed, -o, --resume). The runner refuses a study whose arms set
@@ -491,17 +493,18 @@ def read_core_final(run_dir):
 STOP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)  # what train_gpt answers with a checkpoint and a stop
 
 
-def run_all(binary, study, todo, max_runs):
+def run_all(binary, study, todo, max_runs, drain):
     """Runs the (group, arm, seed, run_dir) of todo in order, 'concurrent' at a time (default 1), at most
     max_runs of them (-1: all). A SIGINT or SIGTERM reaches every running train_gpt, which checkpoints; no
-    new run starts, and the runner exits with the signal's code once they have stopped."""
+    new run starts, and the runner exits with the signal's code once they have stopped. Once drain is
+    non-empty (SIGUSR1: see main), no new run starts and the running ones finish."""
     running, stopped = {}, []  # slot -> (process, log, name, run directory)
     forward = lambda sig, frame: (stopped.append(sig), [r[0].send_signal(sig) for r in running.values()])  # noqa: E731
     old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     failure, started = None, 0
     try:
         while True:
-            while todo and not stopped and failure is None and started != max_runs and len(running) < study.get("concurrent", 1):
+            while todo and not stopped and not drain and failure is None and started != max_runs and len(running) < study.get("concurrent", 1):
                 group, arm, seed, run_dir = todo.pop(0)
                 slot = min(set(range(study.get("concurrent", 1))) - set(running))
                 running[slot] = start_run(binary, study, group, arm, seed, run_dir, slot) + (run_name(group, arm, seed), run_dir)
@@ -1322,12 +1325,22 @@ def main(argv=None):
         todo = [(g, arm, seed, run_dir_of(out_dir, g, arm, seed)) for seed in study["seeds"] for g, _ in groups_of(study)
                 for arm in study["arms"] if seed in seeds_of(study, arm)]
         if not args.report_only:
-            started = run_all(binary, study, [t for t in todo if run_state(t[3]) != "done"], args.max_runs)
+            # SIGUSR1 drains: the running runs finish, none starts after them, then the report (a sitting that
+            # ends at a time: no run is left half done, which matters where checkpoints do not outlive the machine)
+            drain = []
+
+            def start_draining(sig, frame):
+                if not drain:
+                    print("study: SIGUSR1: no new run starts; the running ones finish, then the report (rerun the same "
+                          "command to go on)", flush=True)
+                drain.append(sig)
+            signal.signal(signal.SIGUSR1, start_draining)
+            started = run_all(binary, study, [t for t in todo if run_state(t[3]) != "done"], args.max_runs, drain)
             if "sft" in study and started != args.max_runs:  # then each finished run's SFT stage
                 sft_todo = [(g, arm, seed, os.path.join(d, "sft")) for g, arm, seed, d in todo
                             if run_state(d) == "done" and run_state(os.path.join(d, "sft")) != "done"]
-                run_all(binary, study, sft_todo, args.max_runs - started if args.max_runs >= 0 else -1)
-            if "core_final" in study:  # every finished run without its full CORE (the runs have stopped: no GPU is shared)
+                run_all(binary, study, sft_todo, args.max_runs - started if args.max_runs >= 0 else -1, drain)
+            if "core_final" in study and not drain:  # every finished run without its full CORE (the runs have stopped: no GPU is shared)
                 for g, arm, seed, d in todo:
                     if run_state(d) == "done" and read_core_final(d) is None:
                         core_final(binary, study, d)

@@ -1,9 +1,9 @@
 """dev/study.py: its statistics (t distribution, Welch, the paired t-test, Holm, the power line) against
 scipy and against cases computed by hand; the report's paired analysis on made-up runs (with and without
 depth groups) and on the committed CPU-scale study; the plots; the runner on a tiny study (every run trained
-once, skipped when complete, resumed from a checkpoint bit-identically, --max-runs, groups), and its
-refusals (arms that set more than XSA or the optimizer, a base that sets the seed, bad groups, runs that are
-not matched). Run with `make test` (or build/venv/bin/python dev/test_study.py: scipy and matplotlib come
+once, skipped when complete, resumed from a checkpoint bit-identically, --max-runs, drained by SIGUSR1,
+groups), and its refusals (arms that set more than XSA or the optimizer, a base that sets the seed, bad
+groups, runs that are not matched). Run with `make test` (or build/venv/bin/python dev/test_study.py: scipy and matplotlib come
 with dev/requirements.txt; without them those tests are skipped, and fail in CI)."""
 import io
 import json
@@ -12,6 +12,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -598,6 +599,32 @@ class TestRunner(xsatest.TempDirTest):
         spec["concurrent"] = 0
         self.write("study.json", json.dumps(spec))
         check_one_error(self, STUDY + [self.path("study.json")], "'concurrent' must be a whole number >= 1", anywhere=True)
+
+    def test_drain(self):
+        """SIGUSR1 to the runner: the running run finishes, no new one starts, the report is written, exit 0; a rerun
+        goes on. The trainer is held at its start (a stand-in waits for a file, then runs the real trainer), so the
+        signal always comes while the first run runs."""
+        self.study_file({"baseline": "", "xsa": "-x 1"}, seeds=(1,))
+        self.write("held_trainer", "#!/bin/sh\nwhile [ ! -e '%s' ]; do sleep 0.05; done\nexec '%s' \"$@\"\n"
+                   % (self.path("go"), binary("train_gpt_cpu")))
+        os.chmod(self.path("held_trainer"), 0o755)
+        argv = STUDY + [self.path("study.json"), "--binary", self.path("held_trainer"), "--out", self.path("out"), "--no-plots"]
+        proc = subprocess.Popen(argv, cwd=xsatest.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        first = proc.stdout.readline()
+        proc.send_signal(signal.SIGUSR1)
+        proc.send_signal(signal.SIGUSR1)  # (a second one changes nothing)
+        self.write("go", "")
+        out = first + proc.stdout.read()
+        code = proc.wait()
+        with self.subTest("drained: the running run finishes, the next does not start, the report of the finished run"):
+            self.assertTrue(code == 0 and first.startswith("study: starting baseline seed 1") and out.count("study: starting") == 1, out)
+            self.assertEqual(out.count("study: SIGUSR1: no new run starts; the running ones finish, then the report"), 1, out)
+            self.assertEqual(study.run_state(self.path("out", "baseline", "seed_1")), "done")
+            self.assertIn("Finished runs: baseline 1/1, xsa 0/1", xsatest.read(self.path("out", "report.md")).decode())
+        code, out = run(argv)
+        with self.subTest("rerun: the run the drain left"):
+            self.assertTrue(code == 0 and [l.split(":")[1].strip() for l in out.splitlines() if l.startswith("study: starting")] ==
+                            ["starting xsa seed 1"], out)
 
     def test_sft_stage(self):
         sft = "--sft dev/data/sft_mini_tokens -n 3 --eval-every 3 --eval-tokens 1024 --chatcore-max-cat 4 --chatcore-max-sample 1"
