@@ -301,7 +301,7 @@ def task_file_name(spec):
 
 def parse_args(argv=None):
     p = xsa_cli.ArgumentParser(description="nanochat's ChatCORE tasks (chat_eval.py at nanochat 92d63d4) as task files "
-                           "for xsa-train (format: dev/data/README.md, 'ChatCORE task files').")
+                               "for xsa-train (format: dev/data/README.md, 'ChatCORE task files').")
     p.add_argument("--tokenizer", required=True, help="tokenizer.bin of the model to evaluate (climbmix.py's)")
     p.add_argument("--out", required=True, help="output directory: NN_<label>.bin and index.txt")
     src = p.add_mutually_exclusive_group()

@@ -682,7 +682,7 @@ def verify_shard(enc, path, max_docs):
 
 def parse_args(argv=None):
     p = xsa_cli.ArgumentParser(description="Tokenize a CORE eval bundle into xsa-train task files "
-                           "(format: dev/data/README.md, 'CORE task files').")
+                               "(format: dev/data/README.md, 'CORE task files').")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--bundle", help="bundle directory (core.yaml, eval_meta_data.csv, eval_data/)")
     src.add_argument("--bundle-zip", nargs="?", const=EVAL_BUNDLE_URL, metavar="PATH_OR_URL",

@@ -297,7 +297,7 @@ def run(args):
 
 def main(argv=None):
     p = xsa_cli.ArgumentParser(prog="gcide.py",
-                           description="GCIDE (Debian's dict-gcide) as token shards for xsa-train's CPU-scale study.")
+                               description="GCIDE (Debian's dict-gcide) as token shards for xsa-train's CPU-scale study.")
     p.add_argument("--out", default=DEFAULT_OUT, help="output directory (default %(default)s)")
     p.add_argument("--deb", help="the dict-gcide .deb to read (default: apt-get download it into --out)")
     p.add_argument("--vocab-size", type=int, default=8192, help="vocabulary incl. the 9 special tokens (default %(default)s)")

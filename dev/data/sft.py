@@ -895,7 +895,7 @@ def pct(a, b):
 
 def parse_args(argv=None):
     p = xsa_cli.ArgumentParser(description="nanochat's SFT mixture (chat_sft.py at nanochat 92d63d4) as conversation "
-                           "files for xsa-train (format: dev/data/README.md, 'SFT conversation file').")
+                               "files for xsa-train (format: dev/data/README.md, 'SFT conversation file').")
     p.add_argument("--tokenizer", required=True, help="tokenizer.bin of the model to fine-tune (climbmix.py's)")
     p.add_argument("--out", required=True, help="output directory: sft_train.bin, sft_val.bin, sft_meta.json")
     src = p.add_mutually_exclusive_group()
