@@ -1174,26 +1174,27 @@ def plot_loss_diff(g, group_runs, arms, color, plt, save, where):
                  "(line: mean of each seed's EMA-0.9 difference, band: 95% CI; dots: raw mean)", fontsize=10)
     ax.set(xlabel="step", ylabel="loss difference (nats)")
     ax.grid(alpha=0.3)
-    handles, labels = ax.get_legend_handles_labels()
-    line = overlay_lr(ax, group_runs[base][min(group_runs[base])])
-    if line:
-        handles, labels = handles + [line], labels + [line.get_label()]
-    if handles:  # below the axes: inside, it would hide the end of the curves, the part that matters most
-        ax.legend(handles, labels, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=min(len(handles), 4))
+    legend_with_lr(ax, group_runs[base][min(group_runs[base])], below=True)  # (inside, it would hide the curves' ends, what matters most)
     save(fig, "loss_diff", g, "the training loss's difference from the baseline paired by seed, with the learning-rate schedule")
 
 
-def overlay_lr(ax, run):
+def legend_with_lr(ax, run, below):
     """The run's learning-rate multiplier against step on a second y axis of ax (grey, dotted), to show where in
-    the schedule a curve moves: its line, for a legend, or None where the run logged none."""
+    the schedule a curve moves (where the run logged it), then one legend for ax's curves and that line: below
+    the axes, or in their upper left corner."""
+    handles, labels = ax.get_legend_handles_labels()
+    top = ax  # the legend goes on the axes drawn last, so that no curve crosses it
     lr = [(s, run["train"][s].get("lr_mult")) for s in sorted(run["train"]) if run["train"][s].get("lr_mult") is not None]
-    if not lr:
-        return None
-    twin = ax.twinx()
-    line, = twin.plot([s for s, _ in lr], [m for _, m in lr], color="grey", linestyle=":", linewidth=1.5, label="lr multiplier (right)")
-    twin.set_ylim(0.0, 1.05 * max(m for _, m in lr))
-    twin.set_ylabel("lr multiplier (x peak)")
-    return line
+    if lr:
+        twin = top = ax.twinx()
+        line, = twin.plot([s for s, _ in lr], [m for _, m in lr], color="grey", linestyle=":", linewidth=1.5, label="lr multiplier (right)")
+        twin.set_ylim(0.0, 1.05 * max(m for _, m in lr))
+        twin.set_ylabel("lr multiplier (x peak)")
+        handles, labels = handles + [line], labels + [line.get_label()]
+    if handles and below:
+        top.legend(handles, labels, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=min(len(handles), 4))
+    elif handles:
+        top.legend(handles, labels, fontsize=8, loc="upper left")
 
 
 def layer_colors(plt, layers):
@@ -1256,12 +1257,7 @@ def plot_alphas(g, group_runs, arms, plt, save, where):
                      "thick: mean over heads; thin: each head", fontsize=10)
         ax.set(xlabel="step", ylabel="alpha")
         ax.grid(alpha=0.3)
-        handles, labels = ax.get_legend_handles_labels()
-        line = overlay_lr(ax, by_seed[0])
-        if line:
-            handles, labels = handles + [line], labels + [line.get_label()]
-        if handles:
-            ax.legend(handles, labels, fontsize=8, loc="upper left")
+        legend_with_lr(ax, by_seed[0], below=False)
     save(fig, "alpha", g, "the learned alphas against step, per layer and head, with the learning-rate schedule")
 
 
