@@ -1186,10 +1186,10 @@ def legend_with_lr(ax, run, below):
     top = ax  # the legend goes on the axes drawn last, so that no curve crosses it
     lr = [(s, run["train"][s].get("lr_mult")) for s in sorted(run["train"]) if run["train"][s].get("lr_mult") is not None]
     if lr:
-        twin = top = ax.twinx()
-        line, = twin.plot([s for s, _ in lr], [m for _, m in lr], color="grey", linestyle=":", linewidth=1.5, label="lr multiplier (right)")
-        twin.set_ylim(0.0, 1.05 * max(m for _, m in lr))
-        twin.set_ylabel("lr multiplier (x peak)")
+        top = ax.twinx()
+        line, = top.plot([s for s, _ in lr], [m for _, m in lr], color="grey", linestyle=":", linewidth=1.5, label="lr multiplier (right)")
+        top.set_ylim(0.0, 1.05 * max(m for _, m in lr))
+        top.set_ylabel("lr multiplier (x peak)")
         handles, labels = handles + [line], labels + [line.get_label()]
     if handles and below:
         top.legend(handles, labels, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=min(len(handles), 4))

@@ -3,8 +3,8 @@ scipy and against cases computed by hand; the report's paired analysis on made-u
 depth groups) and on the committed CPU-scale study; the plots; the runner on a tiny study (every run trained
 once, skipped when complete, resumed from a checkpoint bit-identically, --max-runs, drained by SIGUSR1,
 groups), and its refusals (arms that set more than XSA or the optimizer, a base that sets the seed, bad
-groups, runs that are not matched). Run with `make test` (or build/venv/bin/python dev/test_study.py: scipy and matplotlib come
-with dev/requirements.txt; without them those tests are skipped, and fail in CI)."""
+groups, runs that are not matched). Run with `make test` (or build/venv/bin/python dev/test_study.py: scipy
+and matplotlib come with dev/requirements.txt; without them those tests are skipped, and fail in CI)."""
 import io
 import json
 import math
