@@ -129,26 +129,31 @@ def in_ci():
 
 
 def needs_packages(*names):
-    """Class decorator for tests that need packages of dev/requirements.txt: when one cannot
-    be imported, the tests are skipped with the command that installs them, except in CI (the environment
-    variable CI set), where they must run: there every test of the class fails with that command."""
+    """Class decorator for tests that need packages of dev/requirements.txt: must_run_in_ci with the command
+    that installs the ones that cannot be imported."""
     missing = []
     for name in names:
         try:
             importlib.import_module(name)
         except ImportError:
             missing.append(name)
-    reason = "needs %s (not importable by %s): %s" % (", ".join(missing), sys.executable, REQUIREMENTS)
+    return must_run_in_ci(missing and "needs %s (not importable by %s): %s" % (", ".join(missing), sys.executable,
+                                                                               REQUIREMENTS))
 
+
+def must_run_in_ci(missing):
+    """Class decorator for tests that need something this machine may lack: when `missing` (why they cannot run,
+    with what installs it) is set, they are skipped saying so, except in CI (the environment variable CI set),
+    where they must run: there every test of the class fails with that reason. Falsy `missing`: they run."""
     def decorate(cls):
         if not missing:
             return cls
         if not in_ci():
-            return unittest.skip(reason)(cls)
+            return unittest.skip(missing)(cls)
 
         def failing(test):
             def fail(self):
-                self.fail("CI is set, so these tests must run; " + reason)
+                self.fail("CI is set, so these tests must run; " + missing)
             fail.__doc__ = test.__doc__
             return fail
         cls.setUpClass = cls.tearDownClass = classmethod(lambda c: None)
