@@ -6,14 +6,14 @@ train_gpt.cu counts them, a run that overruns its cap reported as such, and --co
 
     python3 dev/bench/test_torch_gpu.py        (or all suites: make test)
 
-The tiny run needs an interpreter that imports torch: /usr/bin/python3 (Debian's python3-torch), this one,
-or python3 on the PATH, the first that does; those tests skip only when none does (the test suites' own
-venv has no torch), and fail instead in CI (CI set: .ci/run installs python3-torch). The FLOP counts and --compare need no torch. About 5-10 s on a 2-core machine.
+The tiny run needs an interpreter that imports torch (xsatest.torch_python: /usr/bin/python3 with Debian's
+python3-torch, this one, or python3 on the PATH); those tests skip only when none does, saying so, and fail in
+CI (.ci/run installs python3-torch). The FLOP counts and --compare need no torch. About 5-10 s on a 2-core
+machine.
 """
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import unittest
@@ -26,27 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_gpu  # noqa: E402  (standard library at import: torch only in its children)
 
 SCRIPT = os.path.join(REPO, "dev", "bench", "torch_gpu.py")
-
-
-def torch_python():
-    """(the first interpreter that imports torch, or None, the ones tried)."""
-    tried = []
-    for py in ("/usr/bin/python3", sys.executable, shutil.which("python3")):
-        if not py or py in tried or not os.access(py, os.X_OK):
-            continue
-        tried.append(py)
-        try:
-            p = subprocess.run([py, "-c", "import torch"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if p.returncode == 0:
-            return py, tried
-    return None, tried
-
-
-PYTHON, TRIED = torch_python()
-NEEDS_TORCH = xsatest.must_run_in_ci(not PYTHON and "no interpreter here imports torch (tried %s): apt-get install python3-torch"
-                                     % ", ".join(TRIED))
+PYTHON, TRIED = xsatest.torch_python()
+NEEDS_TORCH = xsatest.needs_torch(PYTHON, TRIED)
 
 
 def run_tiny(*extra):

@@ -163,6 +163,30 @@ def must_run_in_ci(missing):
     return decorate
 
 
+def torch_python():
+    """(the first interpreter that imports torch, or None; the ones tried): /usr/bin/python3 (Debian's
+    python3-torch, which the PyTorch reference is written for), this one, python3 on the PATH. The suites' own
+    venv has no torch (dev/requirements.txt leaves it out), so those that need it run it in a child."""
+    tried = []
+    for py in ("/usr/bin/python3", sys.executable, shutil.which("python3")):
+        if not py or py in tried or not os.access(py, os.X_OK):
+            continue
+        tried.append(py)
+        try:
+            p = subprocess.run([py, "-c", "import torch"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if p.returncode == 0:
+            return py, tried
+    return None, tried
+
+
+def needs_torch(python, tried):
+    """Class decorator for the suites that run torch_python()'s interpreter: must_run_in_ci without one."""
+    return must_run_in_ci(not python and "no interpreter here imports torch (tried %s): apt-get install python3-torch"
+                          % ", ".join(tried))
+
+
 class TempDirTest(unittest.TestCase):
     """Each test in its own temporary directory, self.dir, removed afterwards."""
     PREFIX = "xsa_test_"
