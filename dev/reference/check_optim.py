@@ -1,5 +1,5 @@
 """
-Self-checks of the optimizer reference (optim.py) and of the committed trajectory files (a few seconds):
+Self-checks of the optimizer reference (optim.py) and of the committed trajectory files (about 3 s of CPU):
     /usr/bin/python3 dev/reference/check_optim.py
 Exits non-zero on any failure; the last line is "N passed, N failed".
 """
