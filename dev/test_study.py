@@ -434,20 +434,73 @@ class TestReport(xsatest.TempDirTest):
                                      "worse 5 / better 0 of 5"])
         self.assertEqual(row(section(report, "Per arm, unpaired"), "final val bpb", "xsa_1")[5:], ["+0.0045", "[-0.0025, +0.0115]", "0.176"])
 
-    def test_committed_depth_study_rebuilds(self):
-        """The committed depth series (dev/results/gcide_depth at HEAD: a study running here adds runs to the work
-        tree) rebuilt from its committed metrics.jsonl files alone by today's study.py: its report.md as committed,
-        up to the plots (not drawn here). Fails when the analysis changes and the report was not written again."""
-        tar = subprocess.run(["git", "-C", xsatest.REPO, "archive", "HEAD", "dev/results/gcide_depth", "dev/studies/gcide_depth.json"],
-                             capture_output=True, check=True).stdout
+    def committed_at_head(self, *paths):
+        """The committed files at HEAD (a study running here adds runs to the work tree), extracted into a temporary
+        directory, whose path is returned."""
+        tar = subprocess.run(["git", "-C", xsatest.REPO, "archive", "HEAD"] + list(paths), capture_output=True, check=True).stdout
         with tarfile.open(fileobj=io.BytesIO(tar)) as t:
             t.extractall(self.path("head"), **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))  # (Python 3.11.4+)
-        out = os.path.join(self.path("head"), "dev", "results", "gcide_depth")
+        return self.path("head")
+
+    def test_committed_depth_study_rebuilds(self):
+        """The committed depth series (dev/results/gcide_depth at HEAD) rebuilt from its committed metrics.jsonl files
+        alone by today's study.py: its report.md as committed, up to the plots (not drawn here). Fails when the
+        analysis changes and the report was not written again."""
+        head = self.committed_at_head("dev/results/gcide_depth", "dev/studies/gcide_depth.json")
+        out = os.path.join(head, "dev", "results", "gcide_depth")
         want = xsatest.read(os.path.join(out, "report.md")).decode().split("## Plots\n")[0]
-        code, text = run(STUDY + [os.path.join(self.path("head"), "dev", "studies", "gcide_depth.json"), "--out", out, "--report-only",
+        code, text = run(STUDY + [os.path.join(head, "dev", "studies", "gcide_depth.json"), "--out", out, "--report-only",
                                   "--no-plots"])
         self.assertEqual(code, 0, text)
         self.assertEqual(xsatest.read(os.path.join(out, "report.md")).decode(), want)
+
+    def test_committed_depth_study_readmes_match_report(self):
+        """What the depth series' README and the top README copy by hand from its report.md (at HEAD) is what the
+        report says: the run count, and the per-seed table of final val bpb differences and end alphas. Fails when
+        runs were added and the READMEs were not brought along."""
+        head = self.committed_at_head("dev/results/gcide_depth/README.md", "dev/results/gcide_depth/report.md", "README.md")
+        readme = xsatest.read(os.path.join(head, "dev", "results", "gcide_depth", "README.md")).decode()
+        report = xsatest.read(os.path.join(head, "dev", "results", "gcide_depth", "report.md")).decode()
+        finished = [tuple(map(int, c)) for c in re.findall(r" (\d+)/(\d+)", re.search(r"^.*Finished runs: (.*)$", report, re.M).group(1))]
+        count = "%d of %d runs" % (sum(f for f, _ in finished), sum(p for _, p in finished))
+        self.assertIn(count, readme.splitlines()[0])
+        top = xsatest.read(os.path.join(head, "README.md")).decode()
+        self.assertEqual(re.findall(r"\d+ of %d runs" % sum(p for _, p in finished), top), [count])
+        header = row(readme, "depth")
+        self.assertIsNotNone(header, "the README's per-seed table")
+        columns, arm = [], None  # per column: (arm, seed) of a difference, or ("alpha", None) for the end alpha
+        for cell in header[1:]:
+            if cell.startswith("learnable alpha at the end"):
+                columns.append(("alpha", None))
+                continue
+            if "," in cell:  # "alpha 1, seed 1" starts an arm's columns, "seed 2" goes on with it
+                arm = {"alpha 1": "xsa_1", "learnable alpha": "xsa_learn"}[cell.split(",")[0]]
+            columns.append((arm, int(re.fullmatch(r"(?:.*, )?seed (\d+)", cell).group(1))))
+        groups = re.split(r"^## Group ", report, flags=re.M)[1:]
+        self.assertEqual(len(groups), 3)
+        for text in groups:
+            group = text.split()[0]
+            with self.subTest(group=group):
+                per_seed = section(text, "Primary: final val bpb").split("Per seed, arm")[1]
+                want = {}
+                for line in per_seed.splitlines()[4:]:
+                    if not line.startswith("|"):
+                        break
+                    cells = [c.strip() for c in line.strip("|").split("|")]
+                    want.update({("xsa_1", int(cells[0])): cells[1], ("xsa_learn", int(cells[0])): cells[2]})
+                cells = row(readme, group)
+                self.assertIsNotNone(cells, group)
+                for (col_arm, seed), cell in zip(columns, cells[1:]):
+                    if col_arm == "alpha":
+                        alpha = row(section(text, "Per arm, unpaired"), "learned alpha (mean over layers and heads)", "xsa_learn")
+                        self.assertEqual(cell, "%.2f (seeds 1-%s)" % (float(alpha[3]), alpha[2]))
+                    elif want.get((col_arm, seed), ""):  # more digits in the README (-0.00004) round to the report's
+                        self.assertTrue(cell and round(float(cell), 4) == float(want[col_arm, seed]), (col_arm, seed, cell))
+                    else:
+                        self.assertEqual(cell, "", (col_arm, seed))
+                self.assertEqual(len(cells), len(header))
+                shown = {(a, s) for a, s in columns if a != "alpha"}
+                self.assertFalse({k for k, v in want.items() if v} - shown, "per-seed results the README's table has no column for")
 
 @needs_packages("matplotlib")
 class TestStudyPlots(xsatest.TempDirTest):
